@@ -1,0 +1,11 @@
+"""shardlab: the helper package of the book 'Parallelism in JAX'.
+
+Device set-up, sharding layouts and their pictures, explorers that work live
+and on the published page, and the collectives read from compiled code.
+"""
+
+from shardlab.devices import setup_devices
+from shardlab.exercises import check
+
+__all__ = ["setup_devices", "check"]
+__version__ = "0.1.0"

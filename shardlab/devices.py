@@ -1,0 +1,74 @@
+"""Device set-up: the one call at the top of every chapter.
+
+With enough accelerator devices the chapters use them; otherwise they run on
+simulated CPU devices, which JAX can only create before its backends start.
+"""
+
+from __future__ import annotations
+
+import jax
+
+DEFAULT_DEVICE_COUNT = 8
+
+
+def _backends_started() -> bool:
+    # JAX has no public query for this; the private one exists since 0.4.
+    try:
+        from jax._src import xla_bridge
+    except ImportError:  # pragma: no cover - layout of JAX changed
+        return False
+    return bool(xla_bridge.backends_are_initialized())
+
+
+def _restart_kernel_error(found: list) -> RuntimeError:
+    kinds = ", ".join(sorted({d.platform for d in found})) or "none"
+    return RuntimeError(
+        f"JAX has already started with {len(found)} device(s) ({kinds}), too few for this "
+        "chapter, and the number of simulated CPU devices can only be set before JAX starts. "
+        "Restart the kernel and run the set-up cell first, before any other JAX code."
+    )
+
+
+def setup_devices(n: int = DEFAULT_DEVICE_COUNT) -> list:
+    """Return ``n`` devices for the chapter to build meshes from.
+
+    * At least ``n`` accelerator devices (TPU, GPU): the first ``n`` of them.
+    * Otherwise (a laptop, one GPU, a single TPU chip): ``n`` simulated CPU
+      devices, announced by one printed line.
+
+    Must run before any other JAX computation in the process; if JAX already
+    started with fewer than ``n`` devices, raises ``RuntimeError`` asking for a
+    kernel restart.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"setup_devices: n must be a positive integer number of devices, got {n!r}")
+
+    if _backends_started():
+        found = jax.devices()
+        if len(found) >= n:
+            return list(found[:n])
+        raise _restart_kernel_error(found)
+
+    # Harmless when an accelerator is present: it only sizes the CPU backend.
+    jax.config.update("jax_num_cpu_devices", n)
+    found = jax.devices()
+    platform = found[0].platform
+    if platform == "cpu":
+        print(f"No accelerator found: using {n} simulated CPU devices.")
+        return list(found[:n])
+    if len(found) >= n:
+        return list(found[:n])
+
+    # Too few accelerators: restart JAX on the CPU alone, so that default
+    # placement, jax.devices() and jax.make_mesh all agree on the same devices.
+    from jax.extend.backend import clear_backends
+
+    clear_backends()
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", n)
+    cpus = jax.devices()
+    print(
+        f"Found {len(found)} {platform.upper()} device(s), fewer than {n}: "
+        f"using {n} simulated CPU devices instead."
+    )
+    return list(cpus[:n])

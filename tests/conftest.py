@@ -1,0 +1,26 @@
+"""After a test run: hand the chapters executed by the tests to the book's execution cache."""
+
+from tests.paths import CACHE, CHAPTERS, EXECUTED
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):
+        for old in EXECUTED.glob("*.ipynb"):
+            old.unlink()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput") or not EXECUTED.is_dir():
+        return  # only the controlling process, once every worker is done
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    cache = get_cache(str(CACHE))
+    sources = {md.stem: md for md in CHAPTERS}
+    for executed in sorted(EXECUTED.glob("*.ipynb")):
+        md = sources.get(executed.stem)
+        if md is None:
+            continue
+        nb = nbformat.read(executed, as_version=4)
+        cache.cache_notebook_bundle(CacheBundleIn(nb, str(md)), check_validity=False, overwrite=True)

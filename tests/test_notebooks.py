@@ -1,0 +1,24 @@
+"""Every chapter executed top to bottom; each success is kept for the book build to reuse."""
+
+import nbformat
+import pytest
+
+from tests.notebook_run import execute, read_chapter
+from tests.paths import CHAPTERS, EXECUTED
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_executes(md):
+    nb = execute(read_chapter(md), cwd=md.parent)
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, EXECUTED / f"{md.stem}.ipynb")
+
+
+def test_deprecation_warnings_fail_a_chapter(tmp_path):
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python",
+                                                           "display_name": "Python 3"}})
+    nb.cells = [nbformat.v4.new_code_cell("import warnings\nwarnings.warn('old API', DeprecationWarning)")]
+    from nbclient.exceptions import CellExecutionError
+
+    with pytest.raises(CellExecutionError, match="DeprecationWarning"):
+        execute(nb, cwd=tmp_path)
