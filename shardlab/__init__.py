@@ -6,6 +6,8 @@ and on the published page, and the collectives read from compiled code.
 
 from shardlab.devices import setup_devices
 from shardlab.exercises import check
+from shardlab.memory import has_memory_kind, memory_kinds, memory_placements, missing_memory_kind
 
 __all__ = ["setup_devices", "check"]
+__all__ += ["has_memory_kind", "memory_kinds", "memory_placements", "missing_memory_kind"]
 __version__ = "0.1.0"

@@ -1,0 +1,302 @@
+"""Memory kinds: which memories a device can address, and where compiled code keeps buffers.
+
+A JAX device can address more than one memory: its own (``"device"``: HBM on an
+accelerator) and, on most platforms, host RAM seen from that device
+(``"pinned_host"``, ``"unpinned_host"``). Which kinds exist depends on the
+platform and the JAX version, so every use of a kind starts with
+:func:`has_memory_kind`.
+
+:func:`memory_placements` reads the memory placement out of the text of a
+lowered module (``jax.jit(f).lower(...).as_text()``) or a compiled one
+(``.compile().as_text()``), so that a chapter shows where a transfer appears
+instead of asserting it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+# XLA's number for the host memory space in a buffer layout, e.g. f32[8]{0:S(5)}.
+HOST_MEMORY_SPACE = 5
+
+# The custom calls through which JAX and XLA mark a buffer's memory inside a program.
+_PLACEMENT_CALLS = ("annotate_device_placement", "MoveToHost", "MoveToDevice")
+
+
+# ----------------------------------------------------------------------------------------------
+# Which memories a device has
+# ----------------------------------------------------------------------------------------------
+
+def _is_device(x) -> bool:
+    import jax
+
+    return isinstance(x, jax.Device)
+
+
+def _devices_of(where) -> list:
+    """The devices named by ``where`` (a device, mesh, sharding, array or iterable of devices)."""
+    import jax
+    from jax.sharding import Mesh, Sharding
+
+    if _is_device(where):
+        return [where]
+    if isinstance(where, jax.Array):
+        where = where.sharding
+    if isinstance(where, Mesh):
+        return list(where.devices.flat)
+    if isinstance(where, Sharding):
+        return sorted(where.device_set, key=lambda d: d.id)
+    if isinstance(where, (str, bytes)) or not isinstance(where, Iterable):
+        raise ValueError(
+            "where must be a jax.Device, a Mesh, a Sharding, a jax.Array or a list of devices, "
+            f"got {type(where).__name__}"
+        )
+    devices = list(where)
+    if not devices:
+        raise ValueError("where must name at least one device, got an empty collection")
+    for d in devices:
+        if not _is_device(d):
+            raise ValueError(f"where must contain only jax.Device objects, found {type(d).__name__}")
+    return devices
+
+
+def memory_kinds(device) -> tuple[str, ...]:
+    """The memory kinds ``device`` can address, in the order the runtime lists them.
+
+    On CPU with JAX 0.10 this is ``('device', 'pinned_host', 'unpinned_host')``.
+    The default kind (where arrays go when nothing else is asked) is
+    ``device.default_memory().kind``.
+    """
+    if not _is_device(device):
+        raise ValueError(f"device must be a jax.Device, got {type(device).__name__}")
+    try:
+        memories = device.addressable_memories()
+    except Exception:  # a backend without memory spaces: only its default memory exists
+        try:
+            return (device.default_memory().kind,)
+        except Exception:
+            return ()
+    return tuple(m.kind for m in memories)
+
+
+def missing_memory_kind(where, kind: str) -> str | None:
+    """``None`` if every device of ``where`` has memory kind ``kind``; otherwise why not, in words.
+
+    ``where`` is a device, a mesh, a sharding, an array, or a list of devices.
+    """
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"kind must be a memory kind name such as 'pinned_host', got {kind!r}")
+    for d in _devices_of(where):
+        kinds = memory_kinds(d)
+        if kind not in kinds:
+            have = ", ".join(kinds) or "none listed"
+            return f"{d.platform.upper()} device {d.id} has no {kind!r} memory (it has: {have})"
+    return None
+
+
+def has_memory_kind(where, kind: str, *, explain: bool = False) -> bool:
+    """Whether every device of ``where`` can address memory kind ``kind``.
+
+    ``where`` is a device, a mesh, a sharding, an array, or a list of devices.
+    With ``explain=True`` a missing kind is announced with one printed line
+    saying which device lacks it, so that a notebook cell can skip its work
+    with a reason instead of failing::
+
+        if shardlab.has_memory_kind(mesh, "pinned_host", explain=True):
+            ...
+    """
+    reason = missing_memory_kind(where, kind)
+    if reason is not None and explain:
+        print(f"Skipped: {reason}.")
+    return reason is None
+
+
+# ----------------------------------------------------------------------------------------------
+# Where a lowered or compiled program keeps its buffers
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Placement:
+    """One buffer whose memory the program text states.
+
+    ``where``: "input 0", "output 1", or the instruction ("%3 = annotate_device_placement(%2)").
+    ``shape``: its type as the text writes it (``tensor<4x8xf32>`` lowered, ``f32[2,2]`` compiled:
+    compiled shapes are per device). ``memory``: the memory kind (lowered text) or, in compiled
+    text, ``"host"`` for XLA memory space 5, ``"device"`` for the default space, ``"S(n)"`` otherwise.
+    ``evidence``: the fragment of the text that says so (in compiled text, the layout).
+    """
+
+    where: str
+    shape: str
+    memory: str
+    evidence: str
+
+    def __str__(self) -> str:
+        return f"{self.where:<38} {self.shape:<16} {self.memory:<17} {self.evidence}"
+
+
+def _closing(text: str, start: int) -> int:
+    """Index just past the bracket group opening at ``text[start]`` (skips quoted strings)."""
+    pairs = {"(": ")", "[": "]", "{": "}", "<": ">"}
+    stack = []
+    i = start
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            i = text.index('"', i + 1) + 1
+            continue
+        if c == "-" and text.startswith("->", i):  # an arrow, not a closing angle bracket
+            i += 2
+            continue
+        if c in pairs:
+            stack.append(pairs[c])
+        elif stack and c == stack[-1]:
+            stack.pop()
+            if not stack:
+                return i + 1
+        i += 1
+    raise ValueError("text has an unbalanced bracket group")
+
+
+def _split_top(text: str) -> list[str]:
+    """Split at commas that are not inside brackets or quotes."""
+    parts, depth, cur, i = [], 0, [], 0
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            j = text.index('"', i + 1) + 1
+            cur.append(text[i:j])
+            i = j
+            continue
+        if c == "-" and text.startswith("->", i):
+            cur.append("->")
+            i += 2
+            continue
+        if c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        if c == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(c)
+        i += 1
+    if "".join(cur).strip():
+        parts.append("".join(cur).strip())
+    return parts
+
+
+_MEMORY_KIND = re.compile(r'mhlo\.memory_kind\s*=\s*"([^"]+)"')
+_ANNOTATION = re.compile(
+    r'(%[\w#.]+)\s*=\s*stablehlo\.custom_call\s+@(\w+)\(([^)]*)\).*?_xla_buffer_placement\s*=\s*"([^"]+)"'
+    r'.*->\s*(\S+)\s*$'
+)
+
+
+def _lowered_placements(text: str) -> list[Placement]:
+    found = []
+    m = re.search(r"func\.func\s+public\s+@main\(", text)
+    if m:
+        open_at = m.end() - 1
+        close_at = _closing(text, open_at)
+        for i, arg in enumerate(_split_top(text[open_at + 1:close_at - 1])):
+            kind = _MEMORY_KIND.search(arg)
+            typ = re.match(r"%[\w#]+\s*:\s*(\S+?>|\S+)", arg)
+            found.append(Placement(f"input {i}", typ.group(1) if typ else "?",
+                                   kind.group(1) if kind else "device (default)",
+                                   kind.group(0) if kind else "no mhlo.memory_kind"))
+        rest = text[close_at:].lstrip()
+        if rest.startswith("->"):
+            rest = rest[2:].lstrip()
+            if rest.startswith("("):
+                results = _split_top(rest[1:_closing(rest, 0) - 1])
+            else:  # one result without attributes (attributes force parentheses); "{" opens the body
+                results = [rest[:_closing(rest, rest.index("<"))] if "<" in rest.split()[0] else rest.split()[0]]
+            for i, res in enumerate(results):
+                kind = _MEMORY_KIND.search(res)
+                found.append(Placement(f"output {i}", res.split()[0],
+                                       kind.group(1) if kind else "device (default)",
+                                       kind.group(0) if kind else "no mhlo.memory_kind"))
+    for line in text.splitlines():
+        a = _ANNOTATION.search(line)
+        if a and a.group(2) in _PLACEMENT_CALLS:
+            name, target, operands, kind, typ = a.groups()
+            found.append(Placement(f"{name} = {target}({operands})", typ, kind,
+                                   f'_xla_buffer_placement = "{kind}"'))
+    return found
+
+
+_SPACE = re.compile(r"S\((\d+)\)")
+
+
+def _space_name(shape: str) -> str:
+    """The memory of an HLO shape with layout such as ``f32[2,2]{1,0:S(5)}`` (no S(n): device)."""
+    spaces = {int(s) for s in _SPACE.findall(shape)} - {0}
+    if not spaces:
+        return "device"
+    return "/".join(sorted("host" if s == HOST_MEMORY_SPACE else f"S({s})" for s in spaces))
+
+
+def _bare_shape(shape: str) -> str:
+    # f32[2,2]{1,0:S(5)} -> f32[2,2]; tuples keep their elements' bare shapes.
+    return re.sub(r"\{[^{}]*\}", "", shape)
+
+
+def _compiled_placements(text: str) -> list[Placement]:
+    found = []
+    m = re.search(r"entry_computation_layout=\{", text)
+    if m:
+        body = text[m.end():_closing(text, m.end() - 1) - 1]
+        params_end = _closing(body, 0)
+        params = _split_top(body[1:params_end - 1])
+        result = body[params_end:].lstrip()
+        result = result[2:].strip() if result.startswith("->") else result
+        results = _split_top(result[1:-1]) if result.startswith("(") else [result]
+        for label, shapes in (("input", params), ("output", results)):
+            for i, shape in enumerate(shapes):
+                found.append(Placement(f"{label} {i}", _bare_shape(shape), _space_name(shape), shape))
+    instr = re.compile(r"^\s*(?:ROOT\s+)?(%[\w.\-]+)\s*=\s*")
+    for line in text.splitlines():
+        mi = instr.match(line)
+        if not mi:
+            continue
+        rest = line[mi.end():]
+        shape_end = _closing(rest, 0) if rest.startswith("(") else rest.find(" ")
+        if shape_end <= 0:
+            continue
+        shape, after = rest[:shape_end], rest[shape_end:].lstrip()
+        op = re.match(r"[\w\-]+", after)
+        opcode = op.group(0) if op else "?"
+        target = re.search(r'custom_call_target="([^"]+)"', after)
+        is_move = target is not None and target.group(1) in _PLACEMENT_CALLS
+        spaces = {int(s) for s in _SPACE.findall(shape)} - {0}
+        if not (is_move or spaces):
+            continue
+        what = f"{mi.group(1)} = {target.group(1) if is_move else opcode}"
+        found.append(Placement(what, _bare_shape(shape), _space_name(shape),
+                               f'custom_call_target="{target.group(1)}"' if is_move else shape))
+    return found
+
+
+def memory_placements(text: str) -> list[Placement]:
+    """Every buffer whose memory a lowered or compiled program's text states.
+
+    ``text`` is ``jax.jit(f).lower(...).as_text()`` (StableHLO: memory kinds on the
+    inputs and outputs of ``main``, and ``annotate_device_placement`` custom calls
+    that move a value inside the program) or ``.compile().as_text()`` (HLO: the
+    memory space in each entry input/output layout, ``S(5)`` being host memory,
+    and instructions whose result lives outside device memory or that are
+    ``MoveToHost``/``MoveToDevice`` calls). Inputs and outputs are always listed,
+    also when they are in device memory.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"text must be the str from .as_text(), got {type(text).__name__}")
+    stripped = text.lstrip()
+    if stripped.startswith("HloModule"):
+        return _compiled_placements(text)
+    if stripped.startswith("module") or "func.func" in text:
+        return _lowered_placements(text)
+    raise ValueError("text must be a lowered module ('module @...') or compiled HLO ('HloModule ...')")
