@@ -10,4 +10,6 @@ from shardlab.memory import has_memory_kind, memory_kinds, memory_placements, mi
 
 __all__ = ["setup_devices", "check"]
 __all__ += ["has_memory_kind", "memory_kinds", "memory_placements", "missing_memory_kind"]
+from shardlab.processes import ProcessesFailed, ProcessesTimedOut, ProcessResult, free_port, run_processes
+__all__ += ["run_processes", "free_port", "ProcessResult", "ProcessesFailed", "ProcessesTimedOut"]
 __version__ = "0.1.0"
