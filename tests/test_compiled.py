@@ -1,0 +1,465 @@
+"""shardlab.compiled: collectives read from HLO text (hand-written) and from real compiled programs."""
+
+import shardlab
+
+DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
+
+from collections import Counter  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+from shardlab.compiled import (  # noqa: E402
+    KINDS,
+    CollectiveReport,
+    bytes_all_gather,
+    bytes_all_reduce,
+    bytes_all_to_all,
+    bytes_permute,
+    bytes_reduce_scatter,
+    collectives_in,
+    collectives_in_compiled,
+    collectives_in_text,
+)
+
+ADD = """add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"""
+
+
+def module(body: str, params: str = "p = f32[16,8]{1,0} parameter(0)", n: int = 8) -> str:
+    """A whole HLO module around some instructions (checked by XLA's own parser below)."""
+    return f"HloModule m, num_partitions={n}\n\n{ADD}\nENTRY e {{\n  {params}\n  {body}\n}}\n"
+
+
+def xla_accepts(text: str) -> None:
+    """The hand-written HLO is real HLO: XLA's parser reads it (skipped if jaxlib hides the parser)."""
+    try:
+        from jaxlib import _hlo
+    except ImportError:  # pragma: no cover - jaxlib layout changed
+        return
+    _hlo.hlo_module_from_text(text)
+
+
+def one(text: str, **kw):
+    report = collectives_in_text(text, **kw)
+    assert len(report) == 1, report
+    return report[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Formulas
+# ----------------------------------------------------------------------------------------------
+
+def test_formulas():
+    assert bytes_all_gather(1024, 8) == 896
+    assert bytes_reduce_scatter(1024, 8) == 896
+    assert bytes_all_reduce(1024, 8) == 1792
+    assert bytes_all_to_all(1024, 4) == 768
+    assert bytes_permute(1024) == 1024
+    assert bytes_permute(1024, sends=False) == 0
+    assert isinstance(bytes_all_reduce(1024, 8), int)
+    assert bytes_all_reduce(10, 3) == pytest.approx(40 / 3)
+    for f in (bytes_all_gather, bytes_reduce_scatter, bytes_all_reduce, bytes_all_to_all):
+        assert f(4096, 1) == 0  # a group of one sends nothing
+
+
+@pytest.mark.parametrize("f", [bytes_all_gather, bytes_reduce_scatter, bytes_all_reduce, bytes_all_to_all])
+def test_formulas_reject_bad_input(f):
+    with pytest.raises(ValueError, match="nbytes"):
+        f(-1, 4)
+    with pytest.raises(ValueError, match="nbytes"):
+        f("12", 4)
+    with pytest.raises(ValueError, match=r"\bn\b"):
+        f(12, 0)
+    with pytest.raises(ValueError, match=r"\bn\b"):
+        f(12, 2.0)
+    with pytest.raises(ValueError, match="sends"):
+        bytes_permute(12, sends="yes")
+
+
+# ----------------------------------------------------------------------------------------------
+# Hand-written HLO: every kind, every group spelling
+# ----------------------------------------------------------------------------------------------
+
+def test_explicit_groups_all_reduce():
+    text = module("ROOT r = f32[16,8]{1,0} all-reduce(p), channel_id=1, "
+                  "replica_groups={{0,1},{2,3},{4,5},{6,7}}, use_global_device_ids=true, to_apply=add")
+    xla_accepts(text)
+    c = one(text)
+    assert c.kind == "all-reduce"
+    assert c.shape == (16, 8) and c.result_shape == (16, 8) and c.dtype == "f32"
+    assert c.replica_groups == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert c.group_size == 2
+    assert c.operand_bytes == c.result_bytes == 16 * 8 * 4
+    assert c.bytes_per_device == bytes_all_reduce(512, 2) == 512
+    assert c.senders == tuple(range(8))
+
+
+@pytest.mark.parametrize("groups, expected", [
+    ("[2,4]<=[8]", [[0, 1, 2, 3], [4, 5, 6, 7]]),
+    ("[1,8]<=[8]", [list(range(8))]),
+    ("[4,2]<=[2,4]T(1,0)", [[0, 4], [1, 5], [2, 6], [3, 7]]),
+    ("[2,4]<=[2,2,2]T(1,0,2)", [[0, 1, 4, 5], [2, 3, 6, 7]]),
+])
+def test_iota_groups(groups, expected):
+    text = module(f"ROOT r = f32[16,8]{{1,0}} all-reduce(p), channel_id=1, replica_groups={groups}, "
+                  "use_global_device_ids=true, to_apply=add")
+    xla_accepts(text)
+    c = one(text)
+    assert c.replica_groups == expected
+    assert c.group_size == len(expected[0])
+    assert c.bytes_per_device == bytes_all_reduce(512, len(expected[0]))
+
+
+@pytest.mark.parametrize("groups, expected", [
+    ("mesh['x'=2,'y'=4] {'y'}", [[0, 1, 2, 3], [4, 5, 6, 7]]),
+    ("mesh['x'=2,'y'=4] {'x'}", [[0, 4], [1, 5], [2, 6], [3, 7]]),
+    ("mesh['x'=2,'y'=4] {'x','y'}", [list(range(8))]),
+    # Grouped axes go last in the order written: y major, x minor.
+    ("mesh['x'=2,'y'=4] {'y','x'}", [[0, 4, 1, 5, 2, 6, 3, 7]]),
+    ("mesh['axis_0'=8,'axis_1'=1] {'axis_0'}", [list(range(8))]),
+    ("mesh['x'=2,'y'=4], device_ids=(3,1,7,0,2,6,5,4) {'x'}", [[3, 2], [1, 6], [7, 5], [0, 4]]),
+    ("mesh['x'=2,'y'=4], device_ids=([4,2]T(1,0)) {'x'}", [[0, 1], [2, 3], [4, 5], [6, 7]]),
+    # A sub-axis: a:(2)2 is the middle factor of a=4 = 2 x 2 x 1.
+    ("mesh['a'=4,'b'=2], device_ids=([2,2,2]T(0,2,1)) {'a':(2)2}", [[0, 1], [2, 3], [4, 5], [6, 7]]),
+    ("mesh['a'=8] {'a':(2)2}", [[0, 2], [1, 3], [4, 6], [5, 7]]),
+    ("mesh['a'=8] {'a':(1)2,'a':(4)2}", [[0, 1, 4, 5], [2, 3, 6, 7]]),
+])
+def test_mesh_axes_groups(groups, expected):
+    text = module(f"ROOT r = f32[16,8]{{1,0}} all-reduce(p), channel_id=1, replica_groups={groups}, "
+                  "use_global_device_ids=true, to_apply=add")
+    xla_accepts(text)
+    c = one(text)
+    assert c.replica_groups == expected
+
+
+def test_mesh_axes_agree_with_iota_spelling():
+    # The same groups, written the two ways XLA prints them.
+    mesh = one(module("ROOT r = f32[4]{0} all-reduce(p), channel_id=1, replica_groups=mesh['x'=2,'y'=4] {'x'}, "
+                      "use_global_device_ids=true, to_apply=add", "p = f32[4]{0} parameter(0)"))
+    iota = one(module("ROOT r = f32[4]{0} all-reduce(p), channel_id=1, replica_groups=[4,2]<=[2,4]T(1,0), "
+                      "use_global_device_ids=true, to_apply=add", "p = f32[4]{0} parameter(0)"))
+    assert mesh.replica_groups == iota.replica_groups
+
+
+def test_empty_groups_mean_all_devices():
+    body = ("ROOT r = f32[16,8]{1,0} all-reduce(p), channel_id=1, replica_groups={}, "
+            "use_global_device_ids=true, to_apply=add")
+    text = module(body)
+    xla_accepts(text)
+    c = one(text)
+    assert c.replica_groups == [list(range(8))] and c.group_size == 8
+    # A lone line has no header: the number of devices must be given.
+    with pytest.raises(ValueError, match="num_devices"):
+        collectives_in_text(body)
+    assert one(body, num_devices=4).replica_groups == [[0, 1, 2, 3]]
+
+
+def test_all_gather_and_reduce_scatter():
+    text = module(
+        "ag = f32[64,8]{1,0} all-gather(p), channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, "
+        "dimensions={0}, use_global_device_ids=true\n"
+        "  ROOT rs = f32[4,8]{1,0} reduce-scatter(p), channel_id=2, replica_groups=[1,8]<=[8], "
+        "use_global_device_ids=true, dimensions={0}, to_apply=add")
+    xla_accepts(text)
+    ag, rs = collectives_in_text(text)
+    assert (ag.kind, ag.shape, ag.result_shape, ag.group_size, ag.dimensions) == ("all-gather", (16, 8), (64, 8), 4, (0,))
+    assert ag.bytes_per_device == bytes_all_gather(64 * 8 * 4, 4) == 1536
+    assert (rs.kind, rs.shape, rs.result_shape, rs.group_size) == ("reduce-scatter", (16, 8), (4, 8), 8)
+    assert rs.bytes_per_device == bytes_reduce_scatter(16 * 8 * 4, 8) == 448
+
+
+def test_operand_shape_inferred_for_a_lone_line():
+    # Without the operand's definition, the shape follows from the result and the gathered dimension.
+    ag = one("%ag = bf16[8,32]{1,0} all-gather(%x), channel_id=1, replica_groups={{0,1},{2,3}}, dimensions={1}")
+    assert ag.shape == (8, 16) and ag.dtype == "bf16" and ag.operand_bytes == 8 * 16 * 2
+    rs = one("%rs = f32[2,8]{1,0} reduce-scatter(%x), replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=%add")
+    assert rs.shape == (8, 8)
+    assert rs.bytes_per_device == bytes_reduce_scatter(8 * 8 * 4, 4)
+
+
+def test_operand_shapes_written_inline():
+    c = one("%ar = f32[4]{0} all-reduce(f32[4]{0} %x), replica_groups={{0,1}}, to_apply=%add")
+    assert c.shape == (4,) and c.bytes_per_device == bytes_all_reduce(16, 2)
+
+
+def test_all_to_all_array_and_tuple_forms():
+    text = module(
+        "a = f32[16,8]{1,0} all-to-all(p), channel_id=1, replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}\n"
+        "  piece0 = f32[8,1]{1,0} slice(p), slice={[0:8], [0:1]}\n"
+        "  piece1 = f32[8,1]{1,0} slice(p), slice={[8:16], [0:1]}\n"
+        "  ROOT t = (f32[8,1]{1,0}, f32[8,1]{1,0}) all-to-all(piece0, piece1), channel_id=2, replica_groups={{0,1},{2,3},{4,5},{6,7}}")
+    xla_accepts(text)
+    a, t = collectives_in_text(text)
+    assert a.kind == t.kind == "all-to-all"
+    assert a.bytes_per_device == bytes_all_to_all(512, 8) == 448
+    assert t.shape == ((8, 1), (8, 1)) and t.group_size == 2
+    assert t.operand_bytes == 64 and t.bytes_per_device == bytes_all_to_all(64, 2) == 32
+
+
+def test_collective_permute():
+    text = module("ROOT c = f32[16,8]{1,0} collective-permute(p), channel_id=1, "
+                  "source_target_pairs={{0,1},{1,2},{2,3},{3,0}}", n=4)
+    xla_accepts(text)
+    c = one(text)
+    assert c.kind == "collective-permute"
+    assert c.source_target_pairs == [(0, 1), (1, 2), (2, 3), (3, 0)]
+    assert c.group_size is None and c.senders == (0, 1, 2, 3)
+    assert c.bytes_per_device == bytes_permute(512) == 512
+    assert "0\u21921" in c.groups_text()
+    # Pairs that keep the buffer in place move nothing.
+    still = one("%c = f32[4]{0} collective-permute(f32[4]{0} %x), source_target_pairs={{0,0},{1,1}}")
+    assert still.bytes_per_device == 0 and still.senders == ()
+
+
+def test_async_pairs_count_once_by_their_start():
+    text = module(
+        "ags = (f32[16,8]{1,0}, f32[64,8]{1,0}) all-gather-start(p), channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, "
+        "dimensions={0}, use_global_device_ids=true\n"
+        "  agd = f32[64,8]{1,0} all-gather-done(ags)\n"
+        "  ars = f32[16,8]{1,0} all-reduce-start(p), channel_id=2, replica_groups={{0,1,2,3,4,5,6,7}}, "
+        "use_global_device_ids=true, to_apply=add\n"
+        "  ard = f32[16,8]{1,0} all-reduce-done(ars)\n"
+        "  cps = (f32[16,8]{1,0}, f32[16,8]{1,0}, u32[], u32[]) collective-permute-start(p), channel_id=3, "
+        "source_target_pairs={{0,1},{1,0}}\n"
+        "  cpd = f32[16,8]{1,0} collective-permute-done(cps)\n"
+        "  ROOT t = (f32[64,8]{1,0}, f32[16,8]{1,0}, f32[16,8]{1,0}) tuple(agd, ard, cpd)")
+    xla_accepts(text)
+    report = collectives_in_text(text)
+    assert [c.kind for c in report] == ["all-gather", "all-reduce", "collective-permute"]
+    assert all(c.is_async for c in report)
+    ag, ar, cp = report
+    assert ag.shape == (16, 8) and ag.result_shape == (64, 8) and ag.bytes_per_device == bytes_all_gather(2048, 4)
+    assert ar.result_shape == (16, 8) and ar.bytes_per_device == bytes_all_reduce(512, 8)
+    assert cp.shape == (16, 8) and cp.bytes_per_device == 512
+
+
+def test_async_wrapped_computation_counts_once():
+    # GPU style: an async-start calling a computation that holds the collective.
+    text = f"""HloModule m, num_partitions=8
+
+{ADD}
+wrapped {{
+  q = f32[16,8]{{1,0}} parameter(0)
+  ROOT rs = f32[2,8]{{1,0}} reduce-scatter(q), channel_id=1, replica_groups={{{{0,1,2,3,4,5,6,7}}}}, use_global_device_ids=true, dimensions={{0}}, to_apply=add
+}}
+
+ENTRY e {{
+  p = f32[16,8]{{1,0}} parameter(0)
+  s = ((f32[16,8]{{1,0}}), f32[2,8]{{1,0}}) async-start(p), calls=wrapped
+  ROOT d = f32[2,8]{{1,0}} async-done(s)
+}}
+"""
+    xla_accepts(text)
+    c = one(text)
+    assert c.kind == "reduce-scatter" and c.shape == (16, 8) and c.result_shape == (2, 8)
+
+
+def test_combined_all_reduce_of_several_arrays():
+    text = module("ROOT r = (f32[16,8]{1,0}, s32[10]{0}) all-reduce(p, q), channel_id=1, replica_groups=[1,8]<=[8], "
+                  "use_global_device_ids=true, to_apply=add",
+                  "p = f32[16,8]{1,0} parameter(0)\n  q = s32[10]{0} parameter(1)")
+    c = one(text)
+    assert c.shape == ((16, 8), (10,)) and c.dtypes == ("f32", "s32") and c.dtype == "f32,s32"
+    assert c.operand_bytes == 512 + 40
+    assert c.bytes_per_device == bytes_all_reduce(552, 8)
+
+
+def test_names_inside_metadata_do_not_count():
+    text = module('ROOT r = f32[16,8]{1,0} add(p, p), metadata={op_name="all-reduce(x) all-gather(y)"}')
+    assert len(collectives_in_text(text)) == 0
+
+
+def test_report_api():
+    text = module(
+        "ag = f32[64,8]{1,0} all-gather(p), channel_id=1, replica_groups=[1,4]<=[4], dimensions={0}\n"
+        "  ar = f32[64,8]{1,0} all-reduce(ag), channel_id=2, replica_groups=[1,4]<=[4], to_apply=add\n"
+        "  ROOT ar2 = f32[64,8]{1,0} all-reduce(ar), channel_id=3, replica_groups=[2,2]<=[4], to_apply=add", n=4)
+    r = collectives_in_text(text)
+    assert isinstance(r, CollectiveReport) and len(r) == 3
+    assert r.kinds() == Counter({"all-reduce": 2, "all-gather": 1})
+    assert r.total_bytes_per_device == sum(c.bytes_per_device for c in r) == 1536 + 3072 + 2048
+    assert "3 collectives" in r.summary() and "6,656" in r.summary()
+    html = r._repr_html_()
+    assert html.count("<tr>") == 4 and "all-gather" in html
+    assert "f32[16,8] -&gt; f32[64,8]" in html
+    text_form = str(r)
+    assert "bytes/device" in text_form and "all-reduce" in text_form and repr(r) == text_form
+    assert len(r.of_kind("all-reduce")) == 2 and isinstance(r[1:], CollectiveReport)
+    with pytest.raises(ValueError, match="kind"):
+        r.of_kind("allreduce")
+    assert "ag" in r[0].hlo and "metadata" not in r[0].hlo
+    with pytest.raises(ValueError, match="device assignment"):
+        r.device_groups(r[0])
+    assert collectives_in_text("").summary().startswith("No collectives")
+
+
+def test_text_input_is_checked():
+    with pytest.raises(ValueError, match="hlo_text"):
+        collectives_in_text(b"HloModule m")
+    with pytest.raises(ValueError, match="num_devices"):
+        collectives_in_text("", num_devices=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Real compiled programs on 8 simulated CPU devices
+# ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def line():
+    return jax.sharding.Mesh(np.array(DEVICES), ("x",))
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return jax.sharding.Mesh(np.array(DEVICES).reshape(2, 4), ("x", "y"))
+
+
+def test_not_a_function():
+    with pytest.raises(ValueError, match=r"\bf\b"):
+        collectives_in(42)
+    with pytest.raises(ValueError, match="compiled"):
+        collectives_in_compiled("HloModule")
+
+
+def test_no_communication(line):
+    x = jax.device_put(jnp.ones((16, 8)), NamedSharding(line, P("x")))
+    r = collectives_in(lambda x: jnp.sin(x) * 2, x)
+    assert len(r) == 0 and r.total_bytes_per_device == 0
+
+
+def test_matmul_with_sharded_contraction_all_reduces(line):
+    a = jax.device_put(jnp.ones((16, 32)), NamedSharding(line, P(None, "x")))
+    b = jax.device_put(jnp.ones((32, 8)), NamedSharding(line, P("x", None)))
+    r = collectives_in(lambda a, b: a @ b, a, b)
+    assert r.kinds() == Counter({"all-reduce": 1})
+    c = r[0]
+    assert c.shape == c.result_shape == (16, 8) and c.dtype == "f32" and c.group_size == 8
+    assert c.bytes_per_device == bytes_all_reduce(16 * 8 * 4, 8)
+    assert r.device_ids == tuple(d.id for d in DEVICES)
+
+
+def test_sharded_output_of_a_contraction(line):
+    # The result sharded over the contracted axis: a reduce-scatter in principle. The CPU backend
+    # of JAX 0.10 writes an all-reduce followed by a local dynamic-slice; accept either.
+    a = jax.device_put(jnp.ones((16, 32)), NamedSharding(line, P(None, "x")))
+    b = jax.device_put(jnp.ones((32, 8)), NamedSharding(line, P("x", None)))
+    f = jax.jit(lambda a, b: a @ b, out_shardings=NamedSharding(line, P("x")))
+    (c,) = collectives_in(f, a, b)
+    if c.kind == "reduce-scatter":
+        assert c.result_shape == (2, 8) and c.bytes_per_device == bytes_reduce_scatter(512, 8)
+    else:
+        assert c.kind == "all-reduce" and c.result_shape == (16, 8)
+
+
+def test_gather_to_replicated(line):
+    x = jax.device_put(jnp.ones((16, 32)), NamedSharding(line, P("x")))
+    r = collectives_in(lambda x: jax.lax.with_sharding_constraint(x * 2, NamedSharding(line, P())), x)
+    (c,) = r
+    assert c.kind == "all-gather" and c.shape == (2, 32) and c.result_shape == (16, 32)
+    assert c.group_size == 8 and c.bytes_per_device == bytes_all_gather(16 * 32 * 4, 8) == 1792
+
+
+def test_gather_over_one_axis_of_a_grid(grid):
+    x = jax.device_put(jnp.ones((16, 32)), NamedSharding(grid, P("x", "y")))
+    (c,) = collectives_in(lambda x: jax.lax.with_sharding_constraint(x * 2, NamedSharding(grid, P(None, "y"))), x)
+    assert c.kind == "all-gather" and c.result_shape == (16, 8) and c.group_size == 2
+    assert sorted(map(sorted, c.replica_groups)) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_groups_follow_a_permuted_device_order():
+    order = [3, 1, 7, 0, 2, 6, 5, 4]
+    mesh = jax.sharding.Mesh(np.array(DEVICES)[order].reshape(2, 4), ("x", "y"))
+    x = jax.device_put(jnp.ones((16, 32)), NamedSharding(mesh, P("x", "y")))
+    r = collectives_in(lambda x: jax.lax.with_sharding_constraint(x * 2, NamedSharding(mesh, P("x", None))), x)
+    (c,) = r
+    # Gathering over y: each group is one row of the mesh, in Device.id terms.
+    rows = sorted(sorted(d.id for d in row) for row in mesh.devices)
+    assert sorted(map(sorted, r.device_groups(c))) == rows
+
+
+def test_transposing_a_layout_uses_sub_axis_groups(grid):
+    # P('x','y') -> P('y','x') on a 2x4 grid: XLA exchanges pieces between neighbours along y
+    # (a sub-axis of size 2 in its own mesh) and then moves whole tiles with a collective-permute.
+    x = jax.device_put(jnp.ones((16, 32)), NamedSharding(grid, P("x", "y")))
+    r = collectives_in(lambda x: jax.lax.with_sharding_constraint(x * 2, NamedSharding(grid, P("y", "x"))), x)
+    assert set(r.kinds()) <= {"all-to-all", "collective-permute", "all-gather", "all-reduce"}
+    for c in r.of_kind("all-to-all"):
+        assert all(len(g) == c.group_size for g in c.replica_groups)
+        assert sorted(p for g in c.replica_groups for p in g) == list(range(8))
+        assert c.bytes_per_device == bytes_all_to_all(c.operand_bytes, c.group_size)
+
+
+def shard_map(f, mesh, in_specs, out_specs):
+    return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+
+
+def test_shard_map_collectives(line):
+    x = jax.device_put(jnp.arange(512.0).reshape(64, 8), NamedSharding(line, P("x")))  # 8x8 per device
+    cases = {
+        "all-reduce": lambda v: jax.lax.psum(v, "x"),
+        "all-gather": lambda v: jax.lax.all_gather(v, "x", tiled=True),
+        "reduce-scatter": lambda v: jax.lax.psum_scatter(v, "x", tiled=True),
+        "all-to-all": lambda v: jax.lax.all_to_all(v, "x", 1, 0, tiled=True),
+        "collective-permute": lambda v: jax.lax.ppermute(v, "x", [(i, (i + 1) % 8) for i in range(8)]),
+    }
+    local = 8 * 8 * 4
+    expected_bytes = {
+        "all-reduce": bytes_all_reduce(local, 8),
+        "all-gather": bytes_all_gather(8 * local, 8),
+        "reduce-scatter": bytes_reduce_scatter(local, 8),
+        "all-to-all": bytes_all_to_all(local, 8),
+        "collective-permute": bytes_permute(local),
+    }
+    for kind, f in cases.items():
+        r = collectives_in(shard_map(f, line, P("x"), P("x")), x)
+        assert r.kinds() == Counter({kind: 1}), (kind, r)
+        (c,) = r
+        assert c.dtype == "f32" and c.operand_bytes == local
+        if kind == "collective-permute":
+            assert sorted(c.source_target_pairs) == [(i, (i + 1) % 8) for i in range(8)]
+        else:
+            assert c.replica_groups == [list(range(8))] and c.group_size == 8
+        assert c.bytes_per_device == expected_bytes[kind], kind
+    assert collectives_in(shard_map(cases["all-gather"], line, P("x"), P("x")), x)[0].result_shape == (64, 8)
+    assert collectives_in(shard_map(cases["reduce-scatter"], line, P("x"), P("x")), x)[0].result_shape == (1, 8)
+
+
+def test_psum_over_one_axis_of_a_grid(grid):
+    x = jax.device_put(jnp.ones((8, 8)), NamedSharding(grid, P("x", "y")))
+    f = shard_map(lambda v: jax.lax.psum(v, "x"), grid, P("x", "y"), P(None, "y"))
+    (c,) = collectives_in(f, x)
+    assert c.kind == "all-reduce" and c.group_size == 2
+    assert sorted(map(sorted, c.replica_groups)) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_gradients_combine_into_one_all_reduce(line):
+    w = (jnp.ones((8, 4)), jnp.ones((4, 2)))
+    x = jax.device_put(jnp.ones((64, 8)), NamedSharding(line, P("x")))
+    r = collectives_in(jax.grad(lambda w, x: jnp.sum(jnp.tanh(x @ w[0]) @ w[1])), w, x)
+    assert set(r.kinds()) == {"all-reduce"}
+    total = sum(c.operand_bytes for c in r)
+    assert total == (8 * 4 + 4 * 2) * 4
+    assert r.total_bytes_per_device == bytes_all_reduce(total, 8)
+
+
+def test_jitted_lowered_and_compiled_inputs(line):
+    x = jax.device_put(jnp.ones((16, 32)), NamedSharding(line, P("x")))
+    f = jax.jit(lambda x, k: jnp.sum(x) * k, static_argnums=1)
+    a = collectives_in(f, x, 3)
+    lowered = f.lower(x, 3)
+    assert collectives_in(lowered) == a == collectives_in_compiled(lowered.compile())
+    assert a.kinds() == Counter({"all-reduce": 1})
+    with pytest.raises(ValueError, match="compiled"):
+        collectives_in(lowered, x)
+
+
+def test_kinds_constant():
+    assert KINDS == ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
