@@ -128,6 +128,30 @@ def test_a_failing_worker_is_named_and_the_others_are_stopped(tmp_path):
     assert "worker one gives up" in str(info.value)
 
 
+def test_processes_already_started_are_killed_when_starting_another_fails(tmp_path, monkeypatch):
+    import subprocess
+
+    import shardlab.processes as processes
+
+    script = write(tmp_path, "sleep.py", """
+        import time
+        time.sleep(600)
+    """)
+    real_popen, started = subprocess.Popen, []
+
+    def popen_once(*args, **kwargs):
+        if started:
+            raise OSError("no more processes")
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(processes.subprocess, "Popen", popen_once)
+    with pytest.raises(OSError, match="no more processes"):
+        run_processes(script, 2, timeout=60)
+    assert started and started[0].returncode is not None
+    assert gone(started[0].pid) and not_our_child(started[0].pid)
+
+
 def test_a_result_that_is_not_json_is_an_error(tmp_path):
     script = write(tmp_path, "bad.py", """
         import sys
