@@ -1,0 +1,606 @@
+"""Pictures of layouts: which device holds which tile of an array, and the device grid of a mesh.
+
+One palette serves the whole book: device ``i`` is always drawn in ``device_color(i)``. A tile held
+by several devices (replicated) is drawn in diagonal stripes of its holders' colours and labelled
+with all of them. Figures are ``matplotlib.figure.Figure`` objects that pyplot does not know about
+(so a notebook never shows one twice); as the last expression of a cell they display as PNG.
+
+The drawing is done by ``Sheet``, which keeps its artists: drawing another layout on the same
+figure updates the image, labels and titles in place (that is what makes explorers fast).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import textwrap
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg, get_hinting_flag
+from matplotlib.collections import LineCollection
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from shardlab.layout import Layout, format_mesh, layout_of, tile_map, _normalise_mesh
+
+__all__ = ["PALETTE", "device_color", "draw_sharding", "draw_mesh", "Sheet", "ShardFigure", "png_bytes"]
+
+# tab20 reordered: ids 0-9 get the ten tab10 colours, ids 10-19 their lighter twins; then it repeats.
+_TAB20 = ['#1f77b4', '#aec7e8', '#ff7f0e', '#ffbb78', '#2ca02c', '#98df8a', '#d62728', '#ff9896',
+          '#9467bd', '#c5b0d5', '#8c564b', '#c49c94', '#e377c2', '#f7b6d2', '#7f7f7f', '#c7c7c7',
+          '#bcbd22', '#dbdb8d', '#17becf', '#9edae5']
+PALETTE: tuple[str, ...] = tuple(_TAB20[0::2] + _TAB20[1::2])
+_PALETTE_RGB = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in PALETTE], dtype=np.uint8)
+_MANY_RGB = np.array([221, 221, 221], dtype=np.uint8)  # tiles with too many holders to stripe
+_ERROR_RGB = "#b00020"
+
+MAX_STRIPES = 16      # a tile with more holders than this is drawn plain grey and labelled with a count
+MAX_PANELS = 36       # small multiples shown for an N-D array; the rest are summarised in a note
+MAX_LABELS = 1024     # text labels per figure; beyond it labels are thinned to every k-th tile
+MIN_FONT = 5.0
+MAX_FONT = 11.0
+
+
+def device_color(device_id: int) -> str:
+    """The book's colour for a device id (hex string); the same id gets the same colour everywhere."""
+    if isinstance(device_id, bool) or not isinstance(device_id, (int, np.integer)) or device_id < 0:
+        raise ValueError(f"device_id: expected a non-negative integer, got {device_id!r}")
+    return PALETTE[int(device_id) % len(PALETTE)]
+
+
+def _coord_colors(n: int) -> np.ndarray:
+    # Mesh coordinates are ordered, so a sequential map says "0 < 1 < 2" at a glance.
+    from matplotlib import colormaps
+
+    vals = np.linspace(0.12, 0.92, n) if n > 1 else np.array([0.55])
+    return (np.asarray(colormaps["viridis"](vals))[:, :3] * 255).round().astype(np.uint8)
+
+
+def _luminance(rgb) -> float:
+    r, g, b = (np.asarray(rgb, dtype=float) / 255.0)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+class _TextCachingRenderer(RendererAgg):
+    """Agg renderer that keeps the bitmap of every string it has drawn.
+
+    Explorer frames redraw the same labels, ticks and titles over and over; rasterising their glyphs
+    is most of Agg's time. A string's bitmap (rendered once, as matplotlib <= 3.10 draws text) is
+    reused and placed at the nearest pixel. Anything unusual goes to matplotlib's own path.
+    """
+
+    _cache: dict = {}
+    _enabled = True
+    MAX_ENTRIES = 4096
+
+    def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
+        if ismath or not _TextCachingRenderer._enabled:
+            return super().draw_text(gc, x, y, s, prop, angle, ismath=ismath, mtext=mtext)
+        try:
+            key = (s, hash(prop), self.dpi, bool(gc.get_antialiased()))
+            hit = self._cache.get(key)
+            if hit is None:
+                font = self._prepare_font(prop)
+                font.set_text(s, 0, flags=get_hinting_flag())
+                font.draw_glyphs_to_bitmap(antialiased=gc.get_antialiased())
+                xo, yo = font.get_bitmap_offset()
+                hit = (np.array(font.get_image(), dtype=np.uint8), xo / 64.0, yo / 64.0,
+                       font.get_descent() / 64.0)
+                if len(self._cache) >= self.MAX_ENTRIES:
+                    self._cache.clear()
+                self._cache[key] = hit
+            img, xo, yo, d = hit
+            xd, yd = d * math.sin(math.radians(angle)), d * math.cos(math.radians(angle))
+            self._renderer.draw_text_image(img, round(x + xo + xd), round(y + yo + yd) + 1, angle, gc)
+        except Exception:  # a matplotlib whose internals differ: use its own text path from now on
+            _TextCachingRenderer._enabled = False
+            return super().draw_text(gc, x, y, s, prop, angle, ismath=ismath, mtext=mtext)
+
+
+class _FastCanvas(FigureCanvasAgg):
+    def get_renderer(self, *args, **kwargs):
+        w, h = self.figure.bbox.size
+        key = (w, h, self.figure.dpi)
+        if getattr(self, "_lastKey", None) != key or not isinstance(getattr(self, "renderer", None),
+                                                                     _TextCachingRenderer):
+            self.renderer = _TextCachingRenderer(w, h, self.figure.dpi)
+            self._lastKey = key
+        return self.renderer
+
+
+class ShardFigure(Figure):
+    """A matplotlib Figure with its own Agg canvas, unknown to pyplot, shown as PNG by IPython."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _FastCanvas(self)
+
+    def _repr_png_(self):
+        return png_bytes(self, tight=True)
+
+
+def png_bytes(fig: Figure, *, tight: bool = False, colors: int | None = None, compact: bool = False) -> bytes:
+    """The figure as PNG bytes.
+
+    tight: crop to the drawn content (as notebooks do); colors: quantise to a palette of that many
+    colours (explorer frames); compact: spend more time for a smaller file (frames stored in a page).
+    """
+    from PIL import Image
+
+    if tight:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight", facecolor="white")
+        if colors is None and not compact:
+            return buf.getvalue()
+        img = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    else:
+        canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else _FastCanvas(fig)
+        canvas.draw()
+        w, h = canvas.get_width_height(physical=True)
+        img = Image.frombuffer("RGBA", (w, h), canvas.buffer_rgba(), "raw", "RGBA", 0, 1).convert("RGB")
+    if colors:
+        img = img.quantize(colors=colors, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    if compact:
+        img.save(out, format="PNG", compress_level=9, optimize=True)
+    else:
+        img.save(out, format="PNG", compress_level=1)
+    return out.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# What to draw: a layout seen as panels of 2-D tile grids
+
+
+def _holder_label(ids, total: int) -> str:
+    ids = [int(i) for i in ids]
+    n = len(ids)
+    if n == 1:
+        return str(ids[0])
+    if n > 8:
+        return f"all {n}" if n == total else f"{n} devs\n{ids[0]},{ids[1]},…"
+    per_line = 4 if n > 4 else n
+    return "\n".join(",".join(map(str, ids[i:i + per_line])) for i in range(0, n, per_line))
+
+
+_LABEL_BOX = dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.8)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _slice_text(tile_idx, tile_len, shards) -> str:
+    if shards == 1:
+        return ":"
+    return f"{tile_idx * tile_len}:{(tile_idx + 1) * tile_len}"
+
+
+class _View:
+    """A layout prepared for drawing: its panels, each a 2-D grid of tiles with their holders."""
+
+    def __init__(self, layout: Layout, kind: str = "array"):
+        self.layout = layout
+        self.kind = kind
+        nd = layout.ndim
+        holders = layout.tile_holders
+        if nd == 0:
+            self.plane_shape, self.grid = (1, 1), (1, 1)
+            self.lead_shards = ()
+            holders = holders.reshape(1, 1, 1, -1)
+        elif nd == 1:
+            self.plane_shape, self.grid = (1, layout.shape[0]), (1, layout.shards[0])
+            self.lead_shards = ()
+            holders = holders.reshape(1, 1, layout.shards[0], -1)
+        else:
+            self.plane_shape = layout.shape[-2:]
+            self.grid = layout.shards[-2:]
+            self.lead_shards = layout.shards[:-2]
+            holders = holders.reshape(-1, *self.grid, layout.replication)
+        self.holders = holders                      # (panels, R, C, rep)
+        self.num_panels_total = holders.shape[0]
+        self.num_panels = min(self.num_panels_total, MAX_PANELS)
+
+    def panel_title(self, p: int) -> str:
+        lay = self.layout
+        if lay.ndim <= 2:
+            return ""
+        idx = np.unravel_index(p, self.lead_shards)
+        if self.kind == "mesh":
+            return ", ".join(f"{a}={int(i)}" for a, i in zip(lay.mesh_axes, idx))
+        lead = [_slice_text(int(i), t, k) for i, t, k in zip(idx, lay.tile_shape, self.lead_shards)]
+        return "[" + ", ".join(lead + [":", ":"]) + "]"
+
+    def dim_label(self, d: int) -> str:
+        lay = self.layout
+        if self.kind == "mesh":
+            return f"mesh axis {lay.mesh_axes[d]!r} ({lay.mesh_sizes[d]})"
+        axes = lay.spec[d]
+        split = f" — split by {' × '.join(map(repr, axes))}" if axes else " — not split"
+        return f"dim {d} ({lay.shape[d]}){split}"
+
+
+# --------------------------------------------------------------------------------------------
+# The drawing engine
+
+
+class _Panel:
+    def __init__(self, fig, rect):
+        ax = fig.add_axes(rect)
+        ax.set_anchor("C")
+        for s in ax.spines.values():
+            s.set_visible(False)
+        ax.tick_params(length=2, pad=1.5, labelsize=7, colors="#444444")
+        self.ax = ax
+        self.image = ax.imshow(np.zeros((1, 1, 3), dtype=np.uint8), interpolation="nearest",
+                               aspect="auto", extent=(0, 1, 1, 0), resample=False)
+        self.lines = LineCollection([], colors="white", linewidths=1.5)
+        ax.add_collection(self.lines)
+        self.texts = []
+        self.ticks_key = None
+
+    def label(self, i: int):
+        if i < len(self.texts):
+            t = self.texts[i]
+        else:
+            t = self.ax.text(0, 0, "", ha="center", va="center", linespacing=1.0, clip_on=True)
+            self.texts.append(t)
+        t.set_visible(True)
+        return t
+
+
+class Sheet:
+    """Draws layouts on one figure, within ``rect`` (figure fraction); drawing again reuses the axes,
+    image, line and text artists whenever the new picture has the same number of panels."""
+
+    def __init__(self, fig: Figure, rect=(0.0, 0.0, 1.0, 1.0)):
+        self.fig = fig
+        self.rect = tuple(rect)
+        self.panels: list[_Panel] = []
+        self.structure = None
+        self.title = fig.text(0, 0, "", ha="center", va="top", fontsize=11, fontweight="bold")
+        self.subtitle = fig.text(0, 0, "", ha="center", va="top", fontsize=8.5, color="#333333")
+        self.note = fig.text(0, 0, "", ha="center", va="bottom", fontsize=7.5, color="#555555")
+        self.error = fig.text(0, 0, "", ha="center", va="center", fontsize=10, color=_ERROR_RGB,
+                              wrap=False, visible=False)
+        self.legend = None
+        self._place_texts()
+
+    # geometry ----------------------------------------------------------------------------------
+    def _inches(self):
+        w, h = self.fig.get_size_inches()
+        x0, y0, rw, rh = self.rect
+        return w * rw, h * rh
+
+    def _place_texts(self):
+        x0, y0, rw, rh = self.rect
+        _, h_in = self._inches()
+        fh = self.fig.get_size_inches()[1]
+        self.title.set_position((x0 + rw / 2, y0 + rh - 0.06 / fh))
+        self.subtitle.set_position((x0 + rw / 2, y0 + rh - 0.30 / fh))
+        self.note.set_position((x0 + rw / 2, y0 + 0.04 / fh))
+        self.error.set_position((x0 + rw / 2, y0 + rh * 0.45))
+
+    def _build(self, n_panels: int, ratio: float, has_panel_titles: bool, n_notes: int):
+        for p in self.panels:
+            p.ax.remove()
+        self.panels = []
+        fw, fh = self.fig.get_size_inches()
+        x0, y0, rw, rh = self.rect
+        w_in, h_in = rw * fw, rh * fh
+        top, bottom = 0.62, 0.12 + 0.16 * n_notes
+        # Choose the panel grid whose cells best fit the panels' aspect ratio.
+        best = None
+        for cols in range(1, n_panels + 1):
+            rows = math.ceil(n_panels / cols)
+            cw, ch = w_in / cols, (h_in - top - bottom) / rows
+            pw, ph = cw - 0.55, ch - 0.5 - (0.18 if has_panel_titles else 0)
+            if pw <= 0 or ph <= 0:
+                continue
+            size = min(pw, ph / ratio)  # drawn width of one panel
+            if best is None or size > best[0] + 1e-9:
+                best = (size, cols, rows)
+        cols, rows = (best[1], best[2]) if best else (math.ceil(math.sqrt(n_panels)),) * 2
+        cw, ch = w_in / cols, (h_in - top - bottom) / rows
+        for p in range(n_panels):
+            r, c = divmod(p, cols)
+            left = c * cw + 0.5
+            low = bottom + (rows - 1 - r) * ch + 0.42
+            width = max(cw - 0.72, 0.05)
+            height = max(ch - 0.48 - (0.2 if has_panel_titles else 0), 0.05)
+            self.panels.append(_Panel(self.fig, (x0 + left / fw, y0 + low / fh, width / fw, height / fh)))
+
+    # drawing -----------------------------------------------------------------------------------
+    def draw(self, x, *, color_by: str = "device", title: str | None = None, kind: str = "array"):
+        """Draw the layout ``x`` (a Layout or anything ``layout_of`` accepts)."""
+        layout = x if isinstance(x, Layout) else layout_of(x)
+        if color_by != "device" and color_by not in layout.mesh_axes:
+            raise ValueError(f"color_by: expected 'device' or a mesh axis name "
+                             f"({', '.join(map(repr, layout.mesh_axes))}), got {color_by!r}")
+        view = _View(layout, kind)
+        notes = []
+        if view.num_panels < view.num_panels_total:
+            notes.append(f"showing {view.num_panels} of {view.num_panels_total} slices")
+        if color_by != "device":
+            notes.append(f"colour = coordinate along mesh axis {color_by!r}")
+        h_el, w_el = view.plane_shape
+        if layout.ndim == 1:
+            ratio = 0.14
+        else:
+            ratio = min(max(h_el / w_el, 0.2), 2.5) if h_el and w_el else 1.0
+        structure = (view.num_panels, ratio, layout.ndim > 2, len(notes) + 1)
+        if structure != self.structure:
+            self._build(view.num_panels, ratio, layout.ndim > 2, len(notes) + 1)
+            self.structure = structure
+        self.error.set_visible(False)
+
+        colors, mode_note = self._colors(layout, color_by)
+        label_note = self._paint_panels(view, ratio, colors, color_by)
+        if label_note:
+            notes.append(label_note)
+        if mode_note:
+            notes.append(mode_note)
+
+        self.title.set_text(title if title is not None else layout.spec_str())
+        sub = f"mesh {layout.mesh_str()} · array {layout.shape} · tile {layout.tile_shape}"
+        if layout.replication > 1:
+            sub += f" · each tile on {layout.replication} devices"
+        if kind == "mesh":
+            sub = f"{layout.num_devices} devices; each cell is one device, labelled with its id"
+        if layout.memory_kind not in (None, "device"):
+            sub += f"\nmemory kind: {layout.memory_kind}"
+        self.subtitle.set_text(sub)
+        self.note.set_text("  ·  ".join(notes))
+        self._set_legend(layout, color_by)
+        return self.fig
+
+    def draw_error(self, message: str, *, title: str | None = None):
+        """Show ``message`` instead of a picture (panels are hidden, kept for the next draw)."""
+        for p in self.panels:
+            p.ax.set_visible(False)
+        self._set_legend(None, "device")
+        self.title.set_text(title or "")
+        self.subtitle.set_text("")
+        self.note.set_text("")
+        w_in, _ = self._inches()
+        width = max(20, int(w_in * 72 / 6.2))
+        self.error.set_text("\n".join(textwrap.wrap(str(message), width)[:12]))
+        self.error.set_visible(True)
+        return self.fig
+
+    def _colors(self, layout: Layout, color_by: str):
+        """A lookup table device id -> RGB for this picture."""
+        ids = layout.device_ids.ravel()
+        lut = np.zeros((int(ids.max()) + 1 if ids.size else 1, 3), dtype=np.uint8)
+        if color_by == "device":
+            lut[ids] = _PALETTE_RGB[ids % len(_PALETTE_RGB)]
+            return lut, None
+        coords = layout.mesh_coords(color_by).ravel()
+        lut[ids] = _coord_colors(layout.mesh_sizes[layout.mesh_axes.index(color_by)])[coords]
+        return lut, None
+
+    def _set_legend(self, layout, color_by):
+        if self.legend is not None:
+            self.legend.remove()
+            self.legend = None
+        if layout is None or color_by == "device":
+            return
+        n = layout.mesh_sizes[layout.mesh_axes.index(color_by)]
+        cols = _coord_colors(n) / 255.0
+        shown = range(n) if n <= 16 else list(range(8)) + list(range(n - 8, n))
+        handles = [Patch(color=cols[i], label=f"{color_by}={i}") for i in shown]
+        self.legend = self.fig.legend(handles=handles, loc="upper right", fontsize=7, frameon=False,
+                                      handlelength=1.0, borderaxespad=0.2, labelspacing=0.2)
+
+    def _paint_panels(self, view: _View, ratio: float, lut: np.ndarray, color_by: str):
+        lay = view.layout
+        R, C = view.grid
+        h_el, w_el = view.plane_shape
+        # Draw in element coordinates (tiles in their true proportions) unless the array is empty.
+        H = h_el if h_el else R
+        W = w_el if w_el else C
+        th, tw = H / R, W / C
+        rep = lay.replication
+
+        # The drawn size of a panel, in points (the box is shrunk to its aspect ratio).
+        fw, fh = self.fig.get_size_inches()
+        pos = self.panels[0].ax.get_position(original=True)
+        aw, ah = pos.width * fw * 72, pos.height * fh * 72
+        if ah / aw > ratio:
+            ah = aw * ratio
+        else:
+            aw = ah / ratio
+        tile_w_pt, tile_h_pt = aw / C, ah / R
+
+        # What colours a tile shows: its holders (device colours) or their coordinates along an axis.
+        if color_by == "device":
+            n_colors = rep if rep <= MAX_STRIPES else 0          # 0: too many, plain grey
+            color_of_holder = lut
+        else:
+            n_axis = lay.mesh_sizes[lay.mesh_axes.index(color_by)]
+            split_by_axis = color_by in sum(lay.spec, ())
+            n_colors = 1 if split_by_axis else (n_axis if n_axis <= MAX_STRIPES else 0)
+            color_of_holder = lut
+            coord_colors = _coord_colors(n_axis)
+
+        # The image: about one pixel per 1.5 points of drawn size; diagonal stripes ~5 px wide.
+        dpi = self.fig.dpi
+        img_w = int(min(720, max(C, aw * dpi / 72 / 1.5)))
+        img_h = int(min(720, max(R, ah * dpi / 72 / 1.5)))
+        # Stripes: wide enough to see, narrow enough for every holder to show in every tile.
+        tile_px = min(img_w / C, img_h / R)
+        stripe = int(min(14, max(3, tile_px / (1.5 * max(rep, 1)))))
+        key = (img_h, img_w, R, C, stripe)
+        if getattr(self, "_grid_key", None) != key:
+            yy, xx = np.mgrid[0:img_h, 0:img_w]
+            self._grid = (yy * R // img_h, xx * C // img_w, (yy + xx) // stripe)
+            self._grid_key = key
+        tr, tc, diag = self._grid
+
+        # Labels: font from the widest label; thinned to every k-th tile when they cannot fit.
+        max_id = int(lay.device_ids.max()) if lay.num_devices else 0
+        worst = _holder_label([max_id] * min(rep, 9) if rep <= 8 else range(rep), lay.num_devices)
+        lines = worst.count("\n") + 1
+        chars = max(len(l) for l in worst.split("\n"))
+        fs = min(MAX_FONT, tile_w_pt * 0.85 / (0.62 * chars), tile_h_pt * 0.8 / (1.25 * lines))
+        stride = 1
+        if fs < MIN_FONT:
+            need = max(MIN_FONT * 0.62 * chars / (tile_w_pt * 0.9), MIN_FONT * 1.25 * lines / (tile_h_pt * 0.9))
+            stride = int(math.ceil(need))
+            fs = MIN_FONT
+        while math.ceil(R / stride) * math.ceil(C / stride) * view.num_panels > MAX_LABELS:
+            stride += 1
+        note = None
+        if stride > 1:
+            note = (f"labels on every {_ordinal(stride)} tile in each direction "
+                    f"({R}×{C} tiles per panel)")
+        multi = n_colors != 1
+        lw = 1.5 if max(R, C) <= 16 else 0.8 if max(R, C) <= 48 else 0.0
+        segs = [((0, i * th), (W, i * th)) for i in range(1, R)] + \
+               [((j * tw, 0), (j * tw, H)) for j in range(1, C)]
+
+        for p, panel in enumerate(self.panels):
+            ax = panel.ax
+            ax.set_visible(True)
+            hold = view.holders[p]                              # (R, C, rep)
+            if n_colors == 0:
+                rgb = np.broadcast_to(_MANY_RGB, tr.shape + (3,))
+            elif color_by == "device":
+                rgb = color_of_holder[hold[tr, tc, diag % n_colors if n_colors > 1 else 0]]
+            elif n_colors == 1:
+                rgb = lut[hold[tr, tc, 0]]
+            else:
+                rgb = coord_colors[diag % n_colors]
+            panel.image.set_data(np.ascontiguousarray(rgb))
+            panel.image.set_extent((0, W, H, 0))
+            ax.set_xlim(0, W)
+            ax.set_ylim(H, 0)
+            ax.set_box_aspect(ratio)
+            panel.lines.set_segments(segs if lw else [])
+            panel.lines.set_linewidth(lw)
+            self._ticks(panel, view, R, C, th, tw)
+            ax.set_title(view.panel_title(p), fontsize=8, pad=2)
+            ax.set_xlabel(view.dim_label(lay.ndim - 1) if lay.ndim else "", fontsize=8, labelpad=1)
+            ax.set_ylabel(view.dim_label(lay.ndim - 2) if lay.ndim >= 2 else "", fontsize=8, labelpad=1)
+            n_used = 0
+            for r in range(0, R, stride):
+                for c in range(0, C, stride):
+                    ids = hold[r, c]
+                    t = panel.label(n_used)
+                    n_used += 1
+                    t.set_text(_holder_label(ids, lay.num_devices))
+                    t.set_position(((c + 0.5) * tw, (r + 0.5) * th))
+                    t.set_fontsize(fs)
+                    if multi or stride > 1:
+                        t.set_color("black")
+                        t.set_bbox(_LABEL_BOX)
+                    else:
+                        t.set_bbox(None)
+                        t.set_color("black" if _luminance(lut[ids[0]]) > 0.5 else "white")
+            for t in panel.texts[n_used:]:
+                t.set_visible(False)
+        return note
+
+    @staticmethod
+    def _ticks(panel, view: _View, R, C, th, tw):
+        lay = view.layout
+        key = (view.kind, lay.shape, lay.shards)
+        if panel.ticks_key == key:
+            return
+        panel.ticks_key = key
+        ax = panel.ax
+
+        def pick(n_tiles, size):
+            step = max(1, math.ceil((n_tiles + 1) / 9))
+            if view.kind == "mesh":
+                pos = list(range(0, n_tiles, step))
+                return [(i + 0.5) * size for i in pos], [str(i) for i in pos]
+            pos = list(range(0, n_tiles + 1, step))
+            if pos[-1] != n_tiles:
+                pos.append(n_tiles)
+            return [i * size for i in pos], [str(int(round(i * size))) for i in pos]
+
+        if lay.ndim == 0:
+            ax.set_xticks([]), ax.set_yticks([])
+            return
+        xt, xl = pick(C, tw)
+        ax.set_xticks(xt, xl)
+        if lay.ndim == 1:
+            ax.set_yticks([])
+        else:
+            yt, yl = pick(R, th)
+            ax.set_yticks(yt, yl)
+
+
+# --------------------------------------------------------------------------------------------
+# Public drawing functions
+
+
+def _auto_figsize(view: _View) -> tuple[float, float]:
+    n = view.num_panels
+    h_el, w_el = view.plane_shape
+    ratio = 0.14 if view.layout.ndim == 1 else min(max(h_el / w_el, 0.2), 2.5) if h_el and w_el else 1.0
+    cols = min(n, 4)
+    rows = math.ceil(n / cols)
+    panel_w = min(4.6 if n == 1 else 2.8, (5.0 if n == 1 else 3.0) / ratio)
+    width = cols * (panel_w + 0.6)
+    height = rows * (panel_w * ratio + 0.5 + (0.2 if n > 1 else 0)) + 0.95
+    return (max(width, 4.0), max(height, 1.9))
+
+
+def _sheet_in(ax, fig=None) -> Sheet:
+    """A Sheet drawing inside an existing Axes' area (the Axes itself is hidden)."""
+    ax.set_axis_off()
+    return Sheet(ax.figure, ax.get_position().bounds)
+
+
+def sheet_for(fig: Figure) -> Sheet:
+    """The Sheet attached to ``fig`` (created on first use); drawing on it again reuses its artists."""
+    sheet = getattr(fig, "_shardlab_sheet", None)
+    if sheet is None:
+        sheet = Sheet(fig)
+        fig._shardlab_sheet = sheet
+    return sheet
+
+
+def draw_sharding(x, *, shape=None, ax=None, color_by: str = "device", title: str | None = None,
+                  figsize=None, dpi: float = 100) -> Figure:
+    """Heatmap of which device holds which tile of an array.
+
+    x: a Layout, a jax.Array, or a sharding (then pass ``shape``). 1-D arrays are drawn as a strip,
+    2-D as a grid, N-D as small multiples of 2-D slices over the leading dimensions (one panel per
+    tile along them). Each tile is labelled with the ids of the devices holding it; a replicated
+    tile is striped with all its holders' colours. color_by: "device" (the book's fixed palette)
+    or a mesh axis name (colour = coordinate along that axis). The title gives spec, mesh and shape,
+    and a memory kind other than "device". With ``ax``, draws inside that Axes' area and returns its
+    figure; otherwise returns a new figure that displays as PNG in a notebook.
+    """
+    layout = x if isinstance(x, Layout) else layout_of(x, shape)
+    if ax is not None:
+        sheet = _sheet_in(ax)
+        return sheet.draw(layout, color_by=color_by, title=title)
+    fig = ShardFigure(figsize=figsize or _auto_figsize(_View(layout)), dpi=dpi)
+    return sheet_for(fig).draw(layout, color_by=color_by, title=title)
+
+
+def draw_mesh(mesh, *, ax=None, title: str | None = None, device_ids=None, figsize=None,
+              dpi: float = 100) -> Figure:
+    """The device grid of a mesh: one cell per device, labelled with its id, in the book's palette.
+
+    mesh: a jax.sharding.Mesh, a dict {axis name: size}, (name, size) pairs, or a Layout (its mesh).
+    1-D meshes are a row, 2-D a grid (first axis down), 3-D and more small multiples over the
+    leading axes. device_ids: ids in mesh order when ``mesh`` does not carry them.
+    """
+    names, sizes, ids = _normalise_mesh(mesh)
+    if not names:
+        raise ValueError("mesh: a mesh with no axes has nothing to draw")
+    layout = tile_map(dict(zip(names, sizes)), tuple((a,) for a in names), sizes,
+                      device_ids=device_ids if device_ids is not None else ids)
+    if title is None:
+        title = "mesh " + format_mesh(names, sizes)
+    if ax is not None:
+        return _sheet_in(ax).draw(layout, title=title, kind="mesh")
+    fig = ShardFigure(figsize=figsize or _auto_figsize(_View(layout, "mesh")), dpi=dpi)
+    return sheet_for(fig).draw(layout, title=title, kind="mesh")

@@ -1,0 +1,290 @@
+"""Explorers: sliders that redraw a picture, live in a kernel and on a page with no kernel.
+
+An ``Explorer`` is displayed by being the last expression of a cell. Its display carries two forms:
+an ipywidgets view (sliders + an image, redrawn on one reused figure whenever a slider moves) for a
+live notebook, and a self-contained HTML player (every picture pre-rendered, switched by the page's
+own script) for the built book, which is configured to show the HTML form.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import textwrap
+
+from shardlab.draw import ShardFigure, png_bytes, sheet_for
+from shardlab.layout import format_mesh, format_spec, tile_map, _normalise_mesh
+from shardlab.static_player import player_html
+
+__all__ = ["Explorer", "explorer", "sharding_explorer", "MAX_FRAMES"]
+
+MAX_FRAMES = 200        # combinations an explorer may ask to pre-render
+FRAME_DPI = 80          # modest: frames are embedded in the page
+LIVE_COLORS = 64        # PNG palette of a live frame (fast to encode)
+PAGE_COLORS = 32        # PNG palette of a frame stored in the page (small)
+
+
+def _option_label(v) -> str:
+    if v is None:
+        return "None"
+    if isinstance(v, str):
+        return repr(v)
+    return str(v)
+
+
+class Explorer:
+    """Sliders over ``controls`` driving ``draw(fig, **choice)`` on one reused figure.
+
+    Use ``explorer(...)`` or ``sharding_explorer(...)`` to make one. Attributes: ``controls``
+    ({label: [option values]}), ``figure`` (the one figure every redraw draws on), ``value`` (the
+    current choice), ``widget`` (the live ipywidgets view, made on first use).
+    """
+
+    def __init__(self, controls, draw, *, figsize=(6, 4), dpi=FRAME_DPI, clear=True,
+                 max_frames=MAX_FRAMES, caption=None):
+        if not isinstance(controls, dict) or not controls:
+            raise ValueError("controls: expected a non-empty dict {label: list of option values}")
+        self.controls: dict = {}
+        self._labels: dict = {}
+        for label, options in controls.items():
+            if not isinstance(label, str) or not label:
+                raise ValueError(f"controls: each label must be a non-empty string (it is passed to draw "
+                                 f"as a keyword argument), got {label!r}")
+            if isinstance(options, dict):
+                labels, values = [str(k) for k in options], list(options.values())
+            elif isinstance(options, (list, tuple)):
+                values = list(options)
+                labels = [_option_label(v) for v in values]
+            else:
+                raise ValueError(f"controls: the options of {label!r} must be a list (or a dict "
+                                 f"{{option label: value}}), got {type(options).__name__}")
+            if not values:
+                raise ValueError(f"controls: {label!r} has no options")
+            self.controls[label] = values
+            self._labels[label] = labels
+        n = math.prod(len(v) for v in self.controls.values())
+        if n > max_frames:
+            counts = " × ".join(f"{len(v)} {k}" for k, v in self.controls.items())
+            raise ValueError(f"controls: {counts} = {n} combinations, more than max_frames={max_frames} "
+                             "pictures to pre-render; offer fewer options")
+        if not callable(draw):
+            raise ValueError(f"draw: expected a function draw(fig, **choice), got {draw!r}")
+        self._draw = draw
+        self._clear = clear
+        self._caption = caption
+        self.figure = ShardFigure(figsize=figsize, dpi=dpi)
+        self._pos = {k: 0 for k in self.controls}
+        self._error_text = None
+        self._widget = None
+        self._sliders = {}
+        self._image = None
+        self._frames = None
+        self._drawn = None
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def value(self) -> dict:
+        """The current choice, {label: option value}."""
+        return {k: self.controls[k][i] for k, i in self._pos.items()}
+
+    def _positions(self, choice: dict) -> dict:
+        pos = dict(self._pos)
+        for k, v in choice.items():
+            if k not in self.controls:
+                raise ValueError(f"choice: unknown control {k!r}; controls are {list(self.controls)}")
+            matches = [i for i, o in enumerate(self.controls[k]) if o is v or o == v]
+            if not matches:
+                raise ValueError(f"choice: {v!r} is not an option of {k!r}: {self.controls[k]!r}")
+            pos[k] = matches[0]
+        return pos
+
+    def set(self, **choice):
+        """Move controls to the given option values (the live view follows) and redraw."""
+        self._pos = self._positions(choice)
+        if self._widget is not None:
+            for k, s in self._sliders.items():
+                s.value = self._pos[k]  # the first change redraws; later ones find it drawn
+            if tuple(self._pos.values()) != self._drawn:
+                self._refresh()
+        return self
+
+    # -- drawing -------------------------------------------------------------------------------
+    def _draw_positions(self, pos: dict):
+        """Draw one choice on the figure (an invalid choice draws its error message)."""
+        fig = self.figure
+        choice = {k: self.controls[k][i] for k, i in pos.items()}
+        if self._clear:
+            fig.clear()
+            self._error_text = None
+        try:
+            self._draw(fig, **choice)
+        except ValueError as e:
+            self._show_error(str(e))
+        else:
+            if self._error_text is not None:
+                self._error_text.set_visible(False)
+        self._drawn = tuple(pos.values())
+
+    def _show_error(self, message: str):
+        fig = self.figure
+        for ax in fig.axes:
+            ax.set_visible(False)
+        if self._error_text is None:
+            self._error_text = fig.text(0.5, 0.5, "", ha="center", va="center", fontsize=10, color="#b00020")
+        width = max(20, int(fig.get_size_inches()[0] * 72 / 6.2))
+        self._error_text.set_text("\n".join(textwrap.wrap(message, width)[:12]))
+        self._error_text.set_visible(True)
+
+    def render(self, **choice) -> bytes:
+        """Draw a choice (default: the current one; it does not move the controls) and return the
+        picture as PNG bytes, as the live view shows it."""
+        self._draw_positions(self._positions(choice))
+        return png_bytes(self.figure, colors=LIVE_COLORS)
+
+    def _refresh(self):
+        data = self.render()
+        if self._image is not None:
+            self._image.value = data
+        return data
+
+    # -- the live view -------------------------------------------------------------------------
+    @property
+    def widget(self):
+        """The ipywidgets view: one slider per control (current option shown as text), then the image."""
+        if self._widget is None:
+            import ipywidgets as w
+
+            for k, values in self.controls.items():
+                s = w.SelectionSlider(options=[(lab, i) for i, lab in enumerate(self._labels[k])],
+                                      value=self._pos[k], description=k, continuous_update=True,
+                                      readout=True, style={"description_width": "initial"},
+                                      layout=w.Layout(width="min(100%, 34em)"))
+                s.observe(self._on_slider, names="value")
+                self._sliders[k] = s
+            self._image = w.Image(value=self.render(), format="png")
+            self._widget = w.VBox([*self._sliders.values(), self._image])
+        return self._widget
+
+    def _on_slider(self, change):
+        for k, s in self._sliders.items():
+            if s is change["owner"]:
+                self._pos[k] = change["new"]
+        if tuple(self._pos.values()) != self._drawn:
+            self._refresh()
+
+    # -- the page view -------------------------------------------------------------------------
+    def frames(self):
+        """Every combination pre-rendered: (table, frames, alts). ``table[key]`` is the index in
+        ``frames`` (unique PNGs) of the combination whose option positions, read as a mixed-radix
+        number with the first control most significant, equal ``key``."""
+        if self._frames is None:
+            saved = dict(self._pos)
+            unique, table, alts = {}, [], []
+            for combo in itertools.product(*(range(len(v)) for v in self.controls.values())):
+                pos = dict(zip(self.controls, combo))
+                self._draw_positions(pos)
+                data = png_bytes(self.figure, colors=PAGE_COLORS, compact=True)
+                if data not in unique:
+                    unique[data] = len(unique)
+                    alts.append(", ".join(f"{k} = {self._labels[k][i]}" for k, i in pos.items()))
+                table.append(unique[data])
+            self._frames = (table, list(unique), alts)
+            self._pos = saved
+            self._draw_positions(saved)  # leave the live figure showing the current choice
+        return self._frames
+
+    def to_html(self) -> str:
+        """The self-contained static player (no kernel, no network needed)."""
+        table, frames, alts = self.frames()
+        controls = [(k, self._labels[k]) for k in self.controls]
+        return player_html(controls, frames, table, list(self._pos.values()), alts=alts,
+                           caption=self._caption)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = {"text/plain": repr(self), "text/html": self.to_html()}
+        try:
+            view = self.widget._repr_mimebundle_()
+        except ImportError:  # ipywidgets missing: the static player still works
+            view = None
+        if view and "application/vnd.jupyter.widget-view+json" in view:
+            bundle["application/vnd.jupyter.widget-view+json"] = view["application/vnd.jupyter.widget-view+json"]
+        return bundle
+
+    def __repr__(self):
+        parts = ", ".join(f"{k}: {len(v)} options" for k, v in self.controls.items())
+        return f"Explorer({parts})"
+
+
+def explorer(controls, draw, *, figsize=(6, 4), clear=True, max_frames=MAX_FRAMES, caption=None) -> Explorer:
+    """A generic explorer. controls: {label: [option values]} (or {label: {option label: value}});
+    draw(fig, **{label: value}) draws one choice. With ``clear=True`` (default) the figure is cleared
+    before each draw; with ``clear=False`` draw is handed the figure as it left it and should update
+    its own artists. A ValueError raised by draw is shown in the picture. At most ``max_frames``
+    combinations (they are all pre-rendered for the page)."""
+    return Explorer(controls, draw, figsize=figsize, clear=clear, max_frames=max_frames, caption=caption)
+
+
+DEFAULT_MESHES = ((8,), (2, 4), (4, 2), (2, 2, 2))
+DEFAULT_SHAPES = ((8, 8), (4, 16))
+DEFAULT_SPECS = (None, "x", "y", ("x", "y"), ("y", "x"))
+_AXIS_NAMES = ("x", "y", "z", "w", "v", "u")
+
+
+def _mesh_option(m):
+    """(label, mesh) for a mesh given as sizes (axes named x, y, z...), a dict or a jax Mesh."""
+    if isinstance(m, (tuple, list)) and all(isinstance(s, int) for s in m):
+        if len(m) > len(_AXIS_NAMES):
+            raise ValueError(f"meshes: at most {len(_AXIS_NAMES)} axes, got {m!r}")
+        m = dict(zip(_AXIS_NAMES, m))
+    names, sizes, _ = _normalise_mesh(m)
+    return format_mesh(names, sizes), m
+
+
+def sharding_explorer(meshes=DEFAULT_MESHES, shapes=DEFAULT_SHAPES, specs=DEFAULT_SPECS, *,
+                      color_by="device", figsize=(6, 4.2), max_frames=MAX_FRAMES) -> Explorer:
+    """An explorer of layouts: the reader picks the mesh, the array shape and each dimension's spec
+    entry; the heatmap follows (an invalid choice shows JAX's rule it breaks).
+
+    meshes: mesh sizes (axes named x, y, z...), dicts {name: size} or jax Meshes; default (8,),
+    (2, 4), (4, 2), (2, 2, 2). shapes: array shapes; default (8, 8), (4, 16). specs: the options for
+    every dimension's entry (None, an axis, a tuple of axes; a tuple's order matters), or one list
+    of options per dimension; default None, 'x', 'y', ('x', 'y'), ('y', 'x').
+    """
+    mesh_opts = dict(_mesh_option(m) for m in meshes)
+    if not mesh_opts:
+        raise ValueError("meshes: expected at least one mesh")
+    shape_opts = {}
+    for s in shapes:
+        if not isinstance(s, (tuple, list)) or not all(isinstance(d, int) and d >= 0 for d in s):
+            raise ValueError(f"shapes: each shape must be a tuple of non-negative integers, got {s!r}")
+        shape_opts[str(tuple(s))] = tuple(s)
+    if not shape_opts:
+        raise ValueError("shapes: expected at least one array shape")
+    rank = max(len(s) for s in shape_opts.values())
+    specs = list(specs)
+    per_dim = specs and all(isinstance(o, list) for o in specs)
+    if per_dim and len(specs) < rank:
+        raise ValueError(f"specs: {len(specs)} option lists given, but the shapes have {rank} dimensions")
+    dim_opts = [list(specs[d]) if per_dim else specs for d in range(rank)]
+    controls = {"mesh": mesh_opts, "shape": shape_opts}
+    for d, opts in enumerate(dim_opts):
+        if not opts:
+            raise ValueError(f"specs: no options for dimension {d}")
+        controls[f"dim {d}"] = {_option_label(o): o for o in opts}
+
+    def draw(fig, mesh, shape, **entries):
+        sheet = sheet_for(fig)
+        spec = [entries[f"dim {d}"] for d in range(len(shape))]
+        while spec and spec[-1] is None:
+            spec.pop()
+        try:
+            layout = tile_map(mesh, spec, shape)
+            sheet.draw(layout, color_by=color_by)
+        except ValueError as e:
+            loose = [() if e_ is None else (e_,) if isinstance(e_, str) else tuple(e_) for e_ in spec]
+            names, sizes, _ = _normalise_mesh(mesh)
+            sheet.draw_error(str(e), title=f"{format_spec(loose)} on mesh {format_mesh(names, sizes)}, "
+                                           f"array {shape}: not a valid layout")
+
+    return Explorer(controls, draw, figsize=figsize, clear=False, max_frames=max_frames,
+                    caption="Each tile is labelled with the devices holding it; striped tiles are replicated.")
