@@ -18,3 +18,11 @@ from shardlab.draw import PALETTE, device_color, draw_mesh, draw_sharding
 from shardlab.explore import Explorer, explorer, sharding_explorer
 __all__ += ["Layout", "tile_map", "layout_of", "PALETTE", "device_color", "draw_sharding", "draw_mesh",
             "Explorer", "explorer", "sharding_explorer"]
+from shardlab.compiled import (Collective, CollectiveReport, bytes_all_gather, bytes_all_reduce, bytes_all_to_all,
+                               bytes_permute, bytes_reduce_scatter, collectives_in, collectives_in_compiled,
+                               collectives_in_text)
+from shardlab.collectives import (CollectiveRun, RingSteps, collective_view, draw_collective, ring_steps,
+                                  run_collective)
+__all__ += ["collectives_in", "collectives_in_compiled", "collectives_in_text", "Collective", "CollectiveReport",
+            "bytes_all_gather", "bytes_reduce_scatter", "bytes_all_reduce", "bytes_all_to_all", "bytes_permute",
+            "run_collective", "ring_steps", "collective_view", "draw_collective", "CollectiveRun", "RingSteps"]

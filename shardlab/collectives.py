@@ -536,7 +536,10 @@ def _draw_frame(fig, frame: _Frame, device_ids, title: str, span: float) -> None
     ax.set_xlim(-0.1, span + 0.1)
     ax.set_ylim(n - 0.05, -0.25)
     ax.set_axis_off()
-    font = max(5.0, min(10.0, 110.0 / max(span, 1), 60.0 / n))
+    # Text sized to the cells: a cell is (figure width * 0.86 / span) wide, (height * 0.72 / n) tall.
+    cell_w = fig.get_figwidth() * 0.86 / max(span, 1) * 72
+    cell_h = fig.get_figheight() * 0.72 / (n + 0.2) * 72
+    font = max(5.0, min(11.0, cell_w * 0.3, cell_h * 0.45))
     for p in range(n):
         ax.text(-0.25, p + 0.4, f"device {device_ids[p]}", ha="right", va="center", fontsize=font + 1,
                 color=device_color(device_ids[p]), fontweight="bold")
@@ -545,8 +548,8 @@ def _draw_frame(fig, frame: _Frame, device_ids, title: str, span: float) -> None
             v, mask = frame.values[p, k], int(frame.origins[p, k])
             who = [q for q in range(n) if mask >> q & 1]
             if not who or np.isnan(v):
-                ax.add_patch(Rectangle((x0 + 0.04, p + 0.04), 0.92, 0.72, fill=False, ec="#bbbbbb", ls=":",
-                                       lw=0.8))
+                ax.add_patch(Rectangle((x0 + 0.04, p + 0.04), 0.92, 0.72, fc="#e6e6e6", ec="#a8a8a8",
+                                       lw=0.8))  # an empty slot
                 continue
             w = 0.92 / len(who)
             for j, q in enumerate(who):  # a sum is striped with its contributors' colours
@@ -558,7 +561,7 @@ def _draw_frame(fig, frame: _Frame, device_ids, title: str, span: float) -> None
             ax.text(x0 + 0.5, p + 0.4, _fmt_value(v), ha="center", va="center", fontsize=font,
                     bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
     fig.text(0.5, 0.96, title, ha="center", va="top", fontsize=11, fontweight="bold")
-    fig.text(0.5, 0.05, frame.caption, ha="center", va="bottom", fontsize=8.5, wrap=True)
+    fig.text(0.5, 0.04, frame.caption, ha="center", va="bottom", fontsize=9.5, wrap=True)
 
 
 def _title(kind: str, n: int, axis: str, ring: bool) -> str:
@@ -626,4 +629,4 @@ def collective_view(kind: str, devices, *, ring: bool = False, figsize=None, **k
     def draw(fig, step):
         _draw_frame(fig, by_label[step], data.device_ids, title, span)
 
-    return explorer({"step": list(by_label)}, draw, figsize=figsize or size)
+    return explorer({"step": {label: label for label in by_label}}, draw, figsize=figsize or size)

@@ -227,3 +227,19 @@ def test_draw_collective_frames():
     fig = draw_collective("psum", DEVICES[:4])
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert texts.count("60") == 4  # 0 + 10 + 20 + 30, on every device
+
+
+def test_collective_view_is_an_explorer_over_steps():
+    view = collective_view("all_gather", DEVICES[:4], ring=True)
+    assert view.controls == {"step": ["before", "step 1", "step 2", "step 3", "after"]}
+    assert view.render(step="step 2")[:4] == b"\x89PNG"
+    texts = [t.get_text() for t in view.figure.texts]
+    assert any("step 2 of 3" in t and "8 bytes" in t for t in texts)
+    html = view.to_html()
+    assert 'class="shardlab-explorer"' in html and html.count('type="range"') == 1
+    plain = collective_view("psum", 4)
+    assert plain.controls == {"step": ["before", "after"]}
+    plain.render(step="after")
+    assert any("each device sent 24 bytes" in t.get_text() for t in plain.figure.texts)
+    rs = collective_view("psum_scatter", DEVICES[:3], ring=True)
+    assert rs.controls["step"] == ["before", "step 1", "step 2", "after"]
