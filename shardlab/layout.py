@@ -131,6 +131,9 @@ def _spec_entries(spec) -> tuple:
         return ()
     pspec = _jax_attr("jax.sharding", "PartitionSpec")
     if pspec is not None and isinstance(spec, pspec):
+        if getattr(spec, "unreduced", None) or getattr(spec, "reduced", None):
+            raise ValueError(f"spec: {spec} has unreduced/reduced axes, which hold partial values; "
+                             "only the layout of a fully reduced array is described here")
         return tuple(spec)
     if isinstance(spec, (str, bytes)) or not isinstance(spec, Sequence):
         raise ValueError("spec: expected a PartitionSpec or a tuple of entries (None, an axis name or "
@@ -365,11 +368,6 @@ def tile_map(mesh, spec, shape, *, device_ids=None, memory_kind=None) -> Layout:
     names, sizes, mesh_ids = _normalise_mesh(mesh)
     shape = _normalise_shape(shape)
     norm = _normalise_spec(spec, names, len(shape))
-    pspec = _jax_attr("jax.sharding", "PartitionSpec")
-    if pspec is not None and isinstance(spec, pspec) and (getattr(spec, "unreduced", None) or
-                                                          getattr(spec, "reduced", None)):
-        raise ValueError(f"spec: {spec} has unreduced/reduced axes, which hold partial values; "
-                         "only the layout of a fully reduced array is described here")
     size = dict(zip(names, sizes))
     for d, (n, axes) in enumerate(zip(shape, norm)):
         k = math.prod(size[a] for a in axes)
