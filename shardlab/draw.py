@@ -345,6 +345,8 @@ class Sheet:
 
         self.title.set_text(title if title is not None else layout.spec_str())
         sub = f"mesh {layout.mesh_str()} · array {layout.shape} · tile {layout.tile_shape}"
+        if title is not None:
+            sub = f"{layout.spec_str()} · {sub}"  # a caller's title replaces the spec line
         if layout.replication > 1:
             sub += f" · each tile on {layout.replication} devices"
         if kind == "mesh":

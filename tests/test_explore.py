@@ -1,0 +1,130 @@
+"""shardlab.explore and shardlab.static_player: live widgets and the static page player."""
+
+import json
+import re
+
+import pytest
+
+import shardlab
+from shardlab.explore import Explorer, explorer, sharding_explorer
+from shardlab.static_player import player_html
+
+shardlab.setup_devices(8)
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def config_of(html):
+    """The JSON configuration the player's script reads."""
+    m = re.search(r'<script type="application/json" class="shardlab-data">(.*?)</script>', html, re.S)
+    return json.loads(m.group(1).replace("<\\/", "</"))
+
+
+def figure_texts(fig):
+    return " | ".join(t.get_text() for t in fig.texts if t.get_visible())
+
+
+def draw_a(fig, a, b):
+    """Depends on a only: b is ignored, so frames repeat."""
+    ax = fig.add_subplot()
+    ax.bar([0], [a + 1])
+    ax.set_ylim(0, 4)
+
+
+def test_mimebundle_has_widget_and_html():
+    ex = explorer({"a": [0, 1, 2], "b": ["p", "q"]}, draw_a, figsize=(2, 2))
+    bundle = ex._repr_mimebundle_()
+    assert WIDGET_MIME in bundle and "text/html" in bundle and "text/plain" in bundle
+    assert bundle[WIDGET_MIME]["model_id"] == ex.widget.model_id
+
+
+def test_static_html_one_range_per_control_and_unique_frames():
+    ex = explorer({"a": [0, 1, 2], "b": ["p", "q"]}, draw_a, figsize=(2, 2))
+    html = ex.to_html()
+    assert html.startswith('<div class="shardlab-explorer" id="shardlab-explorer-')
+    assert html.count('type="range"') == 2
+    root_id = re.search(r'id="([^"]+)"', html).group(1)
+    assert f"document.getElementById({json.dumps(root_id)})" in html  # scoped to its own root
+    cfg = config_of(html)
+    assert len(cfg["frames"]) == 3 and cfg["table"] == [0, 0, 1, 1, 2, 2]
+    assert cfg["labels"] == [["0", "1", "2"], ["'p'", "'q'"]] and cfg["radix"] == [3, 2]
+    # Self-contained: no network, no external script.
+    assert "http" not in html and "<script src" not in html
+    # Two explorers on one page get different roots.
+    other = explorer({"a": [0, 1, 2], "b": ["p", "q"]}, draw_a, figsize=(2, 2)).to_html()
+    assert re.search(r'id="([^"]+)"', other).group(1) != root_id
+
+
+def test_player_escapes_and_checks():
+    html = player_html([("x</script>", ["<b>"])], [b"\x89PNG"], [0], [0])
+    assert "x</script>" not in html.split("<script")[0] and "&lt;b&gt;" in html
+    assert config_of(html)["labels"] == [["<b>"]]
+    with pytest.raises(ValueError, match="table"):
+        player_html([("a", ["1", "2"])], [b"x"], [0], [0])
+    with pytest.raises(ValueError, match="initial"):
+        player_html([("a", ["1"])], [b"x"], [0], [3])
+
+
+def test_frame_cap():
+    with pytest.raises(ValueError, match="max_frames"):
+        explorer({"a": list(range(15)), "b": list(range(15))}, draw_a)
+    explorer({"a": list(range(15)), "b": list(range(15))}, draw_a, max_frames=225)
+    with pytest.raises(ValueError, match="controls"):
+        explorer({}, draw_a)
+    with pytest.raises(ValueError, match="controls"):
+        explorer({"a": []}, draw_a)
+    with pytest.raises(ValueError, match="draw"):
+        explorer({"a": [1]}, "not a function")
+    with pytest.raises(ValueError, match="max_frames"):
+        sharding_explorer(shapes=[(8, 8), (4, 16), (16, 4)])
+
+
+def test_live_widget_redraws_the_same_figure():
+    ex = sharding_explorer()
+    w = ex.widget
+    fig = ex.figure
+    sheet_image = fig._shardlab_sheet.panels[0].image
+    before = ex._image.value
+    assert w.children[-1] is ex._image and len(w.children) == 1 + len(ex.controls)
+    slider = ex._sliders["dim 0"]
+    slider.value = 2  # 'y' on the default (8,) mesh: an error picture
+    assert ex.value["dim 0"] == "y"
+    assert ex._image.value != before and ex.figure is fig
+    assert "unknown mesh axis 'y'" in figure_texts(fig)
+    ex._sliders["mesh"].value = 1  # {x: 2, y: 4}: a heatmap again, on the same artists
+    assert "unknown" not in figure_texts(fig)
+    assert fig._shardlab_sheet.panels[0].image is sheet_image and ex.figure is fig
+    after = ex._image.value
+    ex.set(**{"dim 1": "x"})
+    assert ex._sliders["dim 1"].value == 1 and ex._image.value != after
+
+
+def test_sharding_explorer_defaults_and_page_size():
+    ex = sharding_explorer()
+    assert list(ex.controls) == ["mesh", "shape", "dim 0", "dim 1"]
+    assert [len(v) for v in ex.controls.values()] == [4, 2, 5, 5]
+    html = ex.to_html()
+    cfg = config_of(html)
+    assert html.count('type="range"') == 4 and len(cfg["table"]) == 200
+    assert len(html) < 1_500_000  # a chapter page must stay under 3 MB
+    # Invalid choices are drawn as their error message.
+    ex.render(mesh=ex.controls["mesh"][1], shape=(4, 16), **{"dim 0": ("x", "y")})
+    assert "not divide evenly" in figure_texts(ex.figure)
+
+
+def test_custom_meshes_shapes_and_per_dimension_specs():
+    ex = sharding_explorer(meshes=[{"data": 4, "model": 2}], shapes=[(8, 4, 2)],
+                           specs=[[None, "data"], [None, "model"], [None]])
+    assert list(ex.controls) == ["mesh", "shape", "dim 0", "dim 1", "dim 2"]
+    assert len(ex.frames()[1]) == 4
+    with pytest.raises(ValueError, match="specs"):
+        sharding_explorer(specs=[[None]], shapes=[(4, 4)])
+
+
+def test_choice_errors_and_repr():
+    ex = explorer({"a": [0, 1]}, draw_a)
+    assert isinstance(ex, Explorer) and "a: 2 options" in repr(ex)
+    with pytest.raises(ValueError, match="choice"):
+        ex.set(a=5)
+    with pytest.raises(ValueError, match="choice"):
+        ex.set(c=0)
