@@ -125,7 +125,7 @@ def _per_device(out, devices) -> np.ndarray:
 # Running the built-in collectives
 # --------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds arrays: compare fields, not runs
 class CollectiveRun:
     """Every device's buffer before and after one collective, as it ran.
 
@@ -133,7 +133,7 @@ class CollectiveRun:
     position ``p`` (``device_ids[p]``); ``before_origins``/``after_origins``
     hold, per element, a bit mask of the positions whose values it came from.
     ``bytes_per_device`` is what each device sends by the ring formulas of
-    :mod:`shardlab.compiled`.
+    ``shardlab.compiled`` (``bytes_all_reduce`` and friends).
     """
 
     kind: str
@@ -147,6 +147,7 @@ class CollectiveRun:
     bytes_per_device: int | float
     chunk: int
     _program: object = field(default=None, repr=False, compare=False)
+    _mesh: object = field(default=None, repr=False, compare=False)
     _input: object = field(default=None, repr=False, compare=False)
 
     @property
@@ -176,10 +177,13 @@ class CollectiveRun:
         return _decode(masks, self.device_ids)
 
     def report(self):
-        """The collectives in the compiled program that ran (a :class:`shardlab.compiled.CollectiveReport`)."""
+        """The collectives in the compiled program that ran (a :class:`CollectiveReport`)."""
         from shardlab.compiled import collectives_in
 
-        return collectives_in(self._program, self._input)
+        import jax
+
+        with jax.set_mesh(self._mesh):  # whatever mesh the caller has set, this program has its own
+            return collectives_in(self._program, self._input)
 
 
 def _decode(masks: np.ndarray, ids) -> list:
@@ -261,7 +265,8 @@ def run_collective(kind: str, devices, *, axis_name: str = "i", size: int | None
     spec = P(axis_name)
     program = jax.jit(jax.shard_map(both, mesh=mesh, in_specs=(spec, spec), out_specs=(spec, spec)))
     x = jax.device_put(start.reshape(-1), sharding)
-    out_v, out_m = program(x, jax.device_put(masks.reshape(-1), sharding))
+    with jax.set_mesh(mesh):  # our own mesh, whatever mesh the caller has set
+        out_v, out_m = program(x, jax.device_put(masks.reshape(-1), sharding))
     after, after_m = _per_device(out_v, devices), _per_device(out_m, devices)
 
     nbytes = size * _ITEMSIZE
@@ -277,7 +282,7 @@ def run_collective(kind: str, devices, *, axis_name: str = "i", size: int | None
         kind=kind, device_ids=tuple(d.id for d in devices), axis_name=axis_name, params=params,
         before=start, after=after, before_origins=masks, after_origins=after_m,
         bytes_per_device=sent, chunk=chunk,
-        _program=jax.jit(jax.shard_map(values_only, mesh=mesh, in_specs=spec, out_specs=spec)), _input=x,
+        _program=jax.jit(jax.shard_map(values_only, mesh=mesh, in_specs=spec, out_specs=spec)), _input=x, _mesh=mesh,
     )
 
 
@@ -285,7 +290,7 @@ def run_collective(kind: str, devices, *, axis_name: str = "i", size: int | None
 # Ring algorithms from ppermute
 # --------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds arrays: compare fields, not runs
 class RingSteps:
     """Every device's buffer after each step of a ring all-gather or reduce-scatter.
 
@@ -317,7 +322,7 @@ class RingSteps:
 
     @property
     def steps(self) -> int:
-        """Number of ring steps: ``n - 1``."""
+        """The number of ring steps, ``n - 1``."""
         return len(self.states) - 1
 
     @property
@@ -425,7 +430,8 @@ def ring_steps(kind: str, devices, *, axis_name: str = "i", size: int | None = N
     program = jax.jit(jax.shard_map(_ring_program(kind, axis_name, n), mesh=mesh, in_specs=(spec, spec),
                                     out_specs=(spec,) * 4))
     put = lambda a: jax.device_put(a.reshape((n * local[0],) + local[1:]), sharding)  # noqa: E731
-    outs = program(put(start), put(masks))
+    with jax.set_mesh(mesh):  # our own mesh, whatever mesh the caller has set
+        outs = program(put(start), put(masks))
     states, builtin, origins, builtin_m = (_per_device(o, devices) for o in outs)
     states, origins = np.swapaxes(states, 0, 1), np.swapaxes(origins, 0, 1)  # (step, device, ...)
 

@@ -407,7 +407,7 @@ def _one_or_all(items: tuple):
 class Collective:
     """One collective in compiled code.
 
-    ``kind`` is one of :data:`KINDS`; ``operands`` and ``results`` are what
+    ``kind`` is one of ``shardlab.compiled.KINDS``; ``operands`` and ``results`` are what
     one device gives and gets (several for a combined, variadic collective);
     ``replica_groups`` lists the groups of device positions that communicate
     (for a collective-permute, see ``source_target_pairs``). ``bytes_per_device``
@@ -533,7 +533,7 @@ class CollectiveReport(Sequence):
         return Counter(c.kind for c in self._items)
 
     def of_kind(self, kind: str) -> "CollectiveReport":
-        """Only the collectives of one kind (one of :data:`KINDS`)."""
+        """Only the collectives of one kind (``"all-reduce"``, ``"all-gather"``, ...)."""
         if kind not in KINDS:
             raise ValueError(f"of_kind: kind must be one of {', '.join(KINDS)}; got {kind!r}")
         return CollectiveReport([c for c in self._items if c.kind == kind], num_devices=self.num_devices,

@@ -243,3 +243,14 @@ def test_collective_view_is_an_explorer_over_steps():
     assert any("each device sent 24 bytes" in t.get_text() for t in plain.figure.texts)
     rs = collective_view("psum_scatter", DEVICES[:3], ring=True)
     assert rs.controls["step"] == ["before", "step 1", "step 2", "after"]
+
+
+def test_runs_whatever_mesh_the_caller_has_set():
+    import jax
+
+    with jax.set_mesh(jax.make_mesh((2, 4), ("x", "y"))):
+        run = run_collective("psum", DEVICES[:4])
+        np.testing.assert_array_equal(run.after, reference("psum", start(4, 4)))
+        assert run.report().kinds() == {"all-reduce": 1}
+        ring = ring_steps("reduce_scatter", DEVICES[:4])
+        np.testing.assert_array_equal(ring.result, ring.builtin)
