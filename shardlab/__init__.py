@@ -26,3 +26,5 @@ from shardlab.collectives import (CollectiveRun, RingSteps, collective_view, dra
 __all__ += ["collectives_in", "collectives_in_compiled", "collectives_in_text", "Collective", "CollectiveReport",
             "bytes_all_gather", "bytes_reduce_scatter", "bytes_all_reduce", "bytes_all_to_all", "bytes_permute",
             "run_collective", "ring_steps", "collective_view", "draw_collective", "CollectiveRun", "RingSteps"]
+from shardlab.strategies import STRATEGIES, MLPSizes, Transfer, mlp_bytes, mlp_memory, mlp_transfers, phase_of
+__all__ += ["STRATEGIES", "MLPSizes", "Transfer", "mlp_transfers", "mlp_bytes", "mlp_memory", "phase_of"]

@@ -1,0 +1,160 @@
+"""shardlab.strategies: the analytic step model, checked by hand and against compiled steps."""
+
+import shardlab
+
+DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
+
+from shardlab.compiled import collectives_in, collectives_in_text  # noqa: E402
+from shardlab.strategies import (  # noqa: E402
+    STRATEGIES,
+    MLPSizes,
+    Transfer,
+    mlp_bytes,
+    mlp_memory,
+    mlp_transfers,
+    phase_of,
+)
+
+SIZES = MLPSizes(batch=16, d_model=8, d_hidden=32, layers=2)
+W = 8 * 32 * 4          # bytes of one weight
+PARAMS = 4 * W          # two blocks, two weights each
+ACT = 16 * 8 * 4        # one block output, whole batch
+
+
+def test_sizes():
+    assert SIZES.weight_bytes == W and SIZES.param_bytes == PARAMS
+    assert SIZES.activation_bytes() == ACT and SIZES.activation_bytes(4) == ACT // 4
+
+
+def test_transfer_uses_the_ring_formulas():
+    assert Transfer("all-reduce", "g", 800, 8, "backward").bytes_per_device == 1400
+    assert Transfer("all-gather", "w", 800, 8, "forward").bytes_per_device == 700
+    assert Transfer("reduce-scatter", "g", 800, 8, "backward").bytes_per_device == 700
+
+
+def test_dp_is_one_gradient_all_reduce_plus_the_loss():
+    ts = mlp_transfers("dp", SIZES, data=8)
+    assert [(t.kind, t.nbytes, t.group_size) for t in ts] == [("all-reduce", 4, 8), ("all-reduce", PARAMS, 8)]
+    assert mlp_bytes("dp", SIZES, data=8) == 2 * 7 * (PARAMS + 4) // 8
+
+
+def test_fsdp_minimum_equals_dp_and_the_variants_add_what_they_should():
+    minimum = mlp_bytes("fsdp", SIZES, data=8)
+    assert minimum == mlp_bytes("dp", SIZES, data=8)
+    kinds = [t.kind for t in mlp_transfers("fsdp", SIZES, data=8)]
+    assert kinds.count("all-gather") == 4 and kinds.count("reduce-scatter") == 4
+    assert mlp_bytes("fsdp", SIZES, data=8, gradient_reduction="all-reduce") == minimum + 7 * PARAMS // 8
+    assert mlp_bytes("fsdp", SIZES, data=8, regather=True) == minimum + 7 * PARAMS // 8
+
+
+def test_tp_has_2L_minus_1_activation_all_reduces():
+    ts = mlp_transfers("tp", SIZES, model=4)
+    assert [t.phase for t in ts] == ["forward", "forward", "backward"]
+    assert all(t.kind == "all-reduce" and t.nbytes == ACT and t.group_size == 4 for t in ts)
+    assert mlp_bytes("tp", SIZES, model=4) == 3 * 2 * 3 * ACT // 4
+
+
+def test_dp_tp_splits_each_term_by_the_other_axis():
+    expected = 3 * 2 * 3 * (ACT // 2) // 4 + 2 * 1 * (PARAMS // 4 + 4) // 2
+    assert mlp_bytes("dp+tp", SIZES, data=2, model=4) == expected
+
+
+def test_one_device_moves_nothing():
+    for strategy in STRATEGIES:
+        assert mlp_transfers(strategy, SIZES) == []
+
+
+def test_memory():
+    assert mlp_memory("dp", SIZES, data=8, optimizer_states=2) == {
+        "params": PARAMS, "grads": PARAMS, "optimizer": 2 * PARAMS, "gathered": 0}
+    fsdp = mlp_memory("fsdp", SIZES, data=8)
+    assert fsdp["params"] == PARAMS // 8 and fsdp["gathered"] == PARAMS
+    assert mlp_memory("fsdp", SIZES, data=8, regather=True)["gathered"] == PARAMS // 2
+    assert mlp_memory("tp", SIZES, model=4)["params"] == PARAMS // 4
+    assert mlp_memory("dp+tp", SIZES, data=2, model=4)["params"] == PARAMS // 4
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: mlp_transfers("zero", SIZES), "strategy"),
+    (lambda: mlp_transfers("dp", SIZES, model=2), "model"),
+    (lambda: mlp_transfers("tp", SIZES, data=2), "data"),
+    (lambda: mlp_transfers("dp", SIZES, data=0), "data"),
+    (lambda: mlp_transfers("dp", SIZES, data=3), "batch"),
+    (lambda: mlp_transfers("tp", SIZES, model=3), "d_hidden"),
+    (lambda: mlp_transfers("fsdp", SIZES, data=2, gradient_reduction="psum"), "gradient_reduction"),
+    (lambda: mlp_transfers("fsdp", SIZES, data=2, regather=1), "regather"),
+    (lambda: mlp_transfers("dp", (16, 8, 32, 2)), "sizes"),
+    (lambda: mlp_memory("dp", SIZES, optimizer_states=-1), "optimizer_states"),
+    (lambda: MLPSizes(batch=0, d_model=8, d_hidden=32, layers=2), "batch"),
+    (lambda: MLPSizes(batch=2, d_model=8, d_hidden=32, layers=True), "layers"),
+])
+def test_bad_input_names_the_argument(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_phase_of_reads_op_names():
+    text = (
+        "HloModule m, num_partitions=2\n"
+        '  %ar.1 = f32[4]{0} all-reduce(f32[4]{0} %p), replica_groups={{0,1}}, '
+        'metadata={op_name="jit(f)/jvp()/dot_general"}\n'
+        '  %ar.2 = f32[4]{0} all-reduce(f32[4]{0} %q), replica_groups={{0,1}}, '
+        'metadata={op_name="jit(f)/transpose(jvp())/dot_general"}\n'
+        '  %ar.3 = (f32[4]{0}, f32[]) all-reduce(f32[4]{0} %q, f32[] %r), replica_groups={{0,1}}, '
+        'metadata={op_name="jit(f)/(transpose(jvp())/dot_general:jvp()/reduce_sum)"}\n'
+    )
+    report = collectives_in_text(text)
+    assert [phase_of(c, report) for c in report] == ["forward", "backward", "forward+backward"]
+    with pytest.raises(ValueError, match="collective"):
+        phase_of("ar.1", report)
+    with pytest.raises(ValueError, match="report"):
+        phase_of(report[0], text)
+
+
+# --- against compiled steps: the model of the training chapter, small -----------------------------
+
+def _loss(params, x, y, gather=None):
+    for block in params:
+        w1, w2 = block["w1"], block["w2"]
+        if gather is not None:
+            w1, w2 = gather(w1), gather(w2)
+        x = x + jax.nn.relu(x @ w1) @ w2
+    return jnp.mean((x - y) ** 2)
+
+
+def _step(gather=None):
+    def step(params, x, y):
+        loss, grads = jax.value_and_grad(lambda p: _loss(p, x, y, gather))(params)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), loss
+    return step
+
+
+def _compiled_bytes(shape, names, w1, w2, batch, gather=None):
+    mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(shape), devices=DEVICES)
+    ws = [{"w1": NamedSharding(mesh, w1), "w2": NamedSharding(mesh, w2)}] * SIZES.layers
+    bs = NamedSharding(mesh, batch)
+    g = None if gather is None else (lambda w: jax.lax.with_sharding_constraint(w, NamedSharding(mesh, P())))
+    step = jax.jit(_step(g), in_shardings=(ws, bs, bs), out_shardings=(ws, NamedSharding(mesh, P())))
+    params = [{"w1": jnp.ones((8, 32)), "w2": jnp.ones((32, 8))}] * SIZES.layers
+    x = jnp.ones((SIZES.batch, SIZES.d_model))
+    return collectives_in(step, params, x, x)
+
+
+def test_formulas_match_compiled_steps():
+    dp = _compiled_bytes((8,), ("data",), P(), P(), P("data"))
+    assert dp.total_bytes_per_device == mlp_bytes("dp", SIZES, data=8)
+    tp = _compiled_bytes((4,), ("model",), P(None, "model"), P("model"), P())
+    assert tp.total_bytes_per_device == mlp_bytes("tp", SIZES, model=4)
+    assert [phase_of(c, tp) for c in tp] == ["forward", "forward", "backward"]
+    mix = _compiled_bytes((2, 4), ("data", "model"), P(None, "model"), P("model"), P("data"))
+    assert mix.total_bytes_per_device == mlp_bytes("dp+tp", SIZES, data=2, model=4)
+    fsdp = _compiled_bytes((8,), ("data",), P("data"), P("data"), P("data"), gather=True)
+    reduction = "reduce-scatter" if fsdp.of_kind("reduce-scatter") else "all-reduce"
+    assert fsdp.total_bytes_per_device == mlp_bytes("fsdp", SIZES, data=8, gradient_reduction=reduction)
+    np.testing.assert_equal(fsdp.kinds()["all-gather"], 4)
