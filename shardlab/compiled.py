@@ -528,6 +528,11 @@ class CollectiveReport(Sequence):
         """Bytes one device sends over all the collectives (formulas of each kind, summed)."""
         return _number(sum(Fraction(c.bytes_per_device) for c in self._items))
 
+    def traffic(self) -> list[tuple]:
+        """What moves, without the instructions' names: one ``(kind, operand shape, result shape, groups,
+        bytes per device)`` per collective, so that two programs can be compared."""
+        return [(c.kind, c.shape, c.result_shape, c.replica_groups, c.bytes_per_device) for c in self._items]
+
     def kinds(self) -> Counter:
         """How many collectives of each kind: ``Counter({"all-gather": 2, ...})``."""
         return Counter(c.kind for c in self._items)

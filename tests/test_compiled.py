@@ -463,3 +463,9 @@ def test_jitted_lowered_and_compiled_inputs(line):
 
 def test_kinds_constant():
     assert KINDS == ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+def test_traffic_ignores_instruction_names():
+    a = collectives_in_text("%all-reduce = f32[8]{0} all-reduce(f32[8]{0} %p), replica_groups={{0,1}}, to_apply=%add")
+    b = collectives_in_text("%psum.7 = f32[8]{0} all-reduce(f32[8]{0} %q), replica_groups={{0,1}}, to_apply=%add")
+    assert a != b and a.traffic() == b.traffic() == [("all-reduce", (8,), (8,), [[0, 1]], 32)]
