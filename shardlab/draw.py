@@ -16,11 +16,13 @@ import math
 import textwrap
 
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg, get_hinting_flag
 from matplotlib.collections import LineCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.transforms import offset_copy
 
 from shardlab.layout import Layout, format_mesh, layout_of, tile_map, _normalise_mesh
 
@@ -32,7 +34,7 @@ _TAB20 = ['#1f77b4', '#aec7e8', '#ff7f0e', '#ffbb78', '#2ca02c', '#98df8a', '#d6
           '#bcbd22', '#dbdb8d', '#17becf', '#9edae5']
 PALETTE: tuple[str, ...] = tuple(_TAB20[0::2] + _TAB20[1::2])
 _PALETTE_RGB = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in PALETTE], dtype=np.uint8)
-_MANY_RGB = np.array([221, 221, 221], dtype=np.uint8)  # tiles with too many holders to stripe
+_MANY_RGBA = np.array([221, 221, 221, 255], dtype=np.uint8)  # tiles with too many holders to stripe
 _ERROR_RGB = "#b00020"
 
 MAX_STRIPES = 16      # a tile with more holders than this is drawn plain grey and labelled with a count
@@ -54,11 +56,11 @@ def _coord_colors(n: int) -> np.ndarray:
     from matplotlib import colormaps
 
     vals = np.linspace(0.12, 0.92, n) if n > 1 else np.array([0.55])
-    return (np.asarray(colormaps["viridis"](vals))[:, :3] * 255).round().astype(np.uint8)
+    return (np.asarray(colormaps["viridis"](vals)) * 255).round().astype(np.uint8)  # RGBA
 
 
 def _luminance(rgb) -> float:
-    r, g, b = (np.asarray(rgb, dtype=float) / 255.0)
+    r, g, b = (np.asarray(rgb, dtype=float)[:3] / 255.0)
     return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
 
@@ -71,8 +73,33 @@ class _TextCachingRenderer(RendererAgg):
     """
 
     _cache: dict = {}
+    _heights: dict = {}
     _enabled = True
     MAX_ENTRIES = 4096
+
+    def _get_font_height_metrics(self, prop):
+        # matplotlib >= 3.11 asks the renderer for a font's line metrics before laying out text,
+        # and reads them from the font file each time unless the renderer knows them.
+        key = (hash(prop), self.dpi)
+        hit = self._heights.get(key)
+        if hit is None:
+            try:
+                from matplotlib.font_manager import fontManager, get_font
+
+                font = get_font(fontManager._find_fonts_by_props(prop))
+                hit = (None, None, None)
+                for table, gap, asc, desc in (("OS/2", "sTypoLineGap", "sTypoAscender", "sTypoDescender"),
+                                              ("hhea", "lineGap", "ascent", "descent")):
+                    t = font.get_sfnt_table(table)
+                    if t is None:
+                        continue
+                    scale = prop.get_size_in_points() * self.dpi / 72 / font.get_sfnt_table("head")["unitsPerEm"]
+                    hit = (t[asc] * scale, -t[desc] * scale, t[gap] * scale)
+                    break
+            except Exception:
+                hit = (None, None, None)  # matplotlib measures the text itself
+            self._heights[key] = hit
+        return hit
 
     def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
         if ismath or not _TextCachingRenderer._enabled:
@@ -120,18 +147,54 @@ class ShardFigure(Figure):
         return png_bytes(self, tight=True)
 
 
-def png_bytes(fig: Figure, *, tight: bool = False, colors: int | None = None, compact: bool = False) -> bytes:
+_PALETTE_CACHE: dict = {}
+
+
+def _palette_image(key_colors: np.ndarray):
+    """A PIL palette holding the picture's own colours, their blends with white and black (edges,
+    label boxes, antialiased text on them), a grey ramp and the error red: every pixel of a sheet
+    maps to a near-exact entry, so no per-frame colour search is needed."""
+    from PIL import Image
+
+    key = key_colors.tobytes()
+    img = _PALETTE_CACHE.get(key)
+    if img is None:
+        base = key_colors[:, :3].astype(float)
+        white, black = np.full(3, 255.0), np.zeros(3)
+        parts = [base]
+        for t in (0.2, 0.45, 0.7, 0.85):
+            parts.append(base * (1 - t) + white * t)
+        for t in (0.3, 0.6):
+            parts.append(base * (1 - t) + black * t)
+        parts.append(np.repeat(np.linspace(0, 255, 40)[:, None], 3, axis=1))
+        red = np.array(to_rgb(_ERROR_RGB)) * 255
+        parts.append(np.array([red * (1 - t) + white * t for t in np.linspace(0, 0.9, 8)]))
+        cols = np.unique(np.clip(np.vstack(parts).round(), 0, 255).astype(np.uint8), axis=0)[:256]
+        flat = np.zeros((256, 3), dtype=np.uint8)
+        flat[: len(cols)] = cols
+        flat[len(cols):] = cols[0]
+        img = Image.new("P", (1, 1))
+        img.putpalette(flat.ravel().tolist())
+        if len(_PALETTE_CACHE) > 64:
+            _PALETTE_CACHE.clear()
+        _PALETTE_CACHE[key] = img
+    return img
+
+
+def png_bytes(fig: Figure, *, tight: bool = False, colors: int | None = None, compact: bool = False,
+              palette=None) -> bytes:
     """The figure as PNG bytes.
 
     tight: crop to the drawn content (as notebooks do); colors: quantise to a palette of that many
-    colours (explorer frames); compact: spend more time for a smaller file (frames stored in a page).
+    colours (explorer frames); palette: instead, map to this (k, 3) array of the picture's colours
+    (and their blends), much faster; compact: spend more time for a smaller file (page frames).
     """
     from PIL import Image
 
     if tight:
         buf = io.BytesIO()
         fig.savefig(buf, format="png", bbox_inches="tight", facecolor="white")
-        if colors is None and not compact:
+        if colors is None and palette is None and not compact:
             return buf.getvalue()
         img = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
     else:
@@ -139,7 +202,9 @@ def png_bytes(fig: Figure, *, tight: bool = False, colors: int | None = None, co
         canvas.draw()
         w, h = canvas.get_width_height(physical=True)
         img = Image.frombuffer("RGBA", (w, h), canvas.buffer_rgba(), "raw", "RGBA", 0, 1).convert("RGB")
-    if colors:
+    if palette is not None:
+        img = img.quantize(palette=_palette_image(np.asarray(palette, dtype=np.uint8)), dither=Image.Dither.NONE)
+    elif colors:
         img = img.quantize(colors=colors, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
     out = io.BytesIO()
     if compact:
@@ -226,19 +291,70 @@ class _View:
 # The drawing engine
 
 
+class _TileImage(Artist):
+    """The tiles of a panel, rendered by numpy at the Axes' exact pixel size and copied straight
+    into the canvas (no resampling pass, unlike imshow)."""
+
+    def __init__(self, ax):
+        super().__init__()
+        self.axes = ax
+        self.set_figure(ax.figure)
+        self.set_zorder(0.5)
+        self._make = None
+        self._array = None
+        self._key = None
+
+    def set_maker(self, make):
+        """make(width_px, height_px) -> RGBA uint8 array, top row first."""
+        self._make = make
+        self._key = None
+        self.stale = True
+
+    def get_array(self):
+        """The last rendered RGBA array (top row first), or None before the first draw."""
+        return self._array
+
+    def get_window_extent(self, renderer=None):
+        return self.axes.bbox
+
+    def draw(self, renderer):
+        if not self.get_visible() or self._make is None:
+            return
+        bb = self.axes.bbox
+        x0, y0 = int(round(bb.x0)), int(round(bb.y0))
+        w, h = int(round(bb.x1)) - x0, int(round(bb.y1)) - y0
+        if w <= 0 or h <= 0:
+            return
+        if self._key != (w, h):
+            self._array = np.ascontiguousarray(self._make(w, h))
+            self._key = (w, h)
+        gc = renderer.new_gc()
+        renderer.draw_image(gc, x0, y0, self._array[::-1])  # the renderer fills bottom-up
+        gc.restore()
+        self.stale = False
+
+
 class _Panel:
+    """One Axes with an image of tiles, their borders, labels, and its own tick and axis labels
+    (plain texts: matplotlib's Axis machinery is half the cost of a frame and is not needed)."""
+
     def __init__(self, fig, rect):
         ax = fig.add_axes(rect)
         ax.set_anchor("C")
-        for s in ax.spines.values():
-            s.set_visible(False)
-        ax.tick_params(length=2, pad=1.5, labelsize=7, colors="#444444")
+        ax.set_axis_off()
         self.ax = ax
-        self.image = ax.imshow(np.zeros((1, 1, 3), dtype=np.uint8), interpolation="nearest",
-                               aspect="auto", extent=(0, 1, 1, 0), resample=False)
+        self.image = _TileImage(ax)
+        ax.add_artist(self.image)
         self.lines = LineCollection([], colors="white", linewidths=1.5)
         ax.add_collection(self.lines)
         self.texts = []
+        self.xticks, self.yticks = [], []
+        self._xtrans = offset_copy(ax.get_xaxis_transform(), fig=fig, y=-2, units="points")
+        self._ytrans = offset_copy(ax.get_yaxis_transform(), fig=fig, x=-3, units="points")
+        self.xlabel = ax.text(0.5, 0, "", transform=offset_copy(ax.transAxes, fig=fig, y=-12, units="points"),
+                              ha="center", va="top", fontsize=8)
+        self.ylabel = ax.text(0, 0.5, "", transform=ax.transAxes, rotation=90, ha="right", va="center",
+                              fontsize=8)
         self.ticks_key = None
 
     def label(self, i: int):
@@ -246,9 +362,28 @@ class _Panel:
             t = self.texts[i]
         else:
             t = self.ax.text(0, 0, "", ha="center", va="center", linespacing=1.0, clip_on=True)
+            t._shardlab_tile_label = True  # lets tests and readers tell tile labels from tick labels
             self.texts.append(t)
         t.set_visible(True)
         return t
+
+    def set_ticks(self, xs, xlabels, ys, ylabels):
+        """Tick labels along the bottom (x in data units) and the left (y in data units)."""
+        for pool, pos, labs, trans, kw in ((self.xticks, xs, xlabels, self._xtrans, dict(ha="center", va="top")),
+                                           (self.yticks, ys, ylabels, self._ytrans, dict(ha="right", va="center"))):
+            for i, (p, lab) in enumerate(zip(pos, labs)):
+                if i == len(pool):
+                    pool.append(self.ax.text(0, 0, "", transform=trans, fontsize=7, color="#444444", **kw))
+                t = pool[i]
+                t.set_text(lab)
+                t.set_position((p, 0) if pool is self.xticks else (0, p))
+                t.set_visible(True)
+            for t in pool[len(pos):]:
+                t.set_visible(False)
+        # The y label sits left of the widest y tick label.
+        widest = max((len(l) for l in ylabels), default=0)
+        self.ylabel.set_transform(offset_copy(self.ax.transAxes, fig=self.ax.figure,
+                                              x=-(6 + 4.4 * widest), units="points"))
 
 
 class Sheet:
@@ -266,6 +401,8 @@ class Sheet:
         self.error = fig.text(0, 0, "", ha="center", va="center", fontsize=10, color=_ERROR_RGB,
                               wrap=False, visible=False)
         self.legend = None
+        self.key_colors = np.zeros((0, 3), dtype=np.uint8)  # the colours this sheet's picture uses
+        self._grids = {}
         self._place_texts()
 
     # geometry ----------------------------------------------------------------------------------
@@ -337,6 +474,8 @@ class Sheet:
         self.error.set_visible(False)
 
         colors, mode_note = self._colors(layout, color_by)
+        used = colors[np.unique(layout.device_ids.ravel())] if layout.num_devices else colors
+        self.key_colors = np.unique(used[:, :3], axis=0)
         label_note = self._paint_panels(view, ratio, colors, color_by)
         if label_note:
             notes.append(label_note)
@@ -373,11 +512,12 @@ class Sheet:
         return self.fig
 
     def _colors(self, layout: Layout, color_by: str):
-        """A lookup table device id -> RGB for this picture."""
+        """A lookup table device id -> RGBA for this picture."""
         ids = layout.device_ids.ravel()
-        lut = np.zeros((int(ids.max()) + 1 if ids.size else 1, 3), dtype=np.uint8)
+        lut = np.zeros((int(ids.max()) + 1 if ids.size else 1, 4), dtype=np.uint8)
+        lut[:, 3] = 255
         if color_by == "device":
-            lut[ids] = _PALETTE_RGB[ids % len(_PALETTE_RGB)]
+            lut[ids, :3] = _PALETTE_RGB[ids % len(_PALETTE_RGB)]
             return lut, None
         coords = layout.mesh_coords(color_by).ravel()
         lut[ids] = _coord_colors(layout.mesh_sizes[layout.mesh_axes.index(color_by)])[coords]
@@ -419,27 +559,25 @@ class Sheet:
         # What colours a tile shows: its holders (device colours) or their coordinates along an axis.
         if color_by == "device":
             n_colors = rep if rep <= MAX_STRIPES else 0          # 0: too many, plain grey
-            color_of_holder = lut
         else:
             n_axis = lay.mesh_sizes[lay.mesh_axes.index(color_by)]
             split_by_axis = color_by in sum(lay.spec, ())
             n_colors = 1 if split_by_axis else (n_axis if n_axis <= MAX_STRIPES else 0)
-            color_of_holder = lut
             coord_colors = _coord_colors(n_axis)
 
-        # The image: about one pixel per 1.5 points of drawn size; diagonal stripes ~5 px wide.
-        dpi = self.fig.dpi
-        img_w = int(min(720, max(C, aw * dpi / 72 / 1.5)))
-        img_h = int(min(720, max(R, ah * dpi / 72 / 1.5)))
-        # Stripes: wide enough to see, narrow enough for every holder to show in every tile.
-        tile_px = min(img_w / C, img_h / R)
-        stripe = int(min(14, max(3, tile_px / (1.5 * max(rep, 1)))))
-        key = (img_h, img_w, R, C, stripe)
-        if getattr(self, "_grid_key", None) != key:
-            yy, xx = np.mgrid[0:img_h, 0:img_w]
-            self._grid = (yy * R // img_h, xx * C // img_w, (yy + xx) // stripe)
-            self._grid_key = key
-        tr, tc, diag = self._grid
+        # The image is made at draw time, at the Axes' pixel size; index grids are shared.
+        grids = self._grids
+
+        def grid(w, h):
+            tile_px = min(w / C, h / R)
+            stripe = int(min(16, max(4, tile_px / (1.5 * max(n_colors, 1)))))
+            key = (w, h, R, C, stripe)
+            if key not in grids:
+                if len(grids) > 8:
+                    grids.clear()
+                yy, xx = np.ogrid[0:h, 0:w]
+                grids[key] = (yy * R // h, xx * C // w, (yy + xx) // stripe)
+            return grids[key]
 
         # Labels: font from the widest label; thinned to every k-th tile when they cannot fit.
         max_id = int(lay.device_ids.max()) if lay.num_devices else 0
@@ -467,16 +605,18 @@ class Sheet:
             ax = panel.ax
             ax.set_visible(True)
             hold = view.holders[p]                              # (R, C, rep)
-            if n_colors == 0:
-                rgb = np.broadcast_to(_MANY_RGB, tr.shape + (3,))
-            elif color_by == "device":
-                rgb = color_of_holder[hold[tr, tc, diag % n_colors if n_colors > 1 else 0]]
-            elif n_colors == 1:
-                rgb = lut[hold[tr, tc, 0]]
-            else:
-                rgb = coord_colors[diag % n_colors]
-            panel.image.set_data(np.ascontiguousarray(rgb))
-            panel.image.set_extent((0, W, H, 0))
+
+            def make(w, h, hold=hold):
+                tr, tc, diag = grid(w, h)
+                if n_colors == 0:
+                    return np.broadcast_to(_MANY_RGBA, (h, w, 4))
+                if n_colors == 1:
+                    return lut[hold[tr, tc, 0]]
+                if color_by == "device":
+                    return lut[hold[tr, tc, diag % n_colors]]
+                return coord_colors[np.broadcast_to(diag % n_colors, (h, w))]
+
+            panel.image.set_maker(make)
             ax.set_xlim(0, W)
             ax.set_ylim(H, 0)
             ax.set_box_aspect(ratio)
@@ -484,8 +624,8 @@ class Sheet:
             panel.lines.set_linewidth(lw)
             self._ticks(panel, view, R, C, th, tw)
             ax.set_title(view.panel_title(p), fontsize=8, pad=2)
-            ax.set_xlabel(view.dim_label(lay.ndim - 1) if lay.ndim else "", fontsize=8, labelpad=1)
-            ax.set_ylabel(view.dim_label(lay.ndim - 2) if lay.ndim >= 2 else "", fontsize=8, labelpad=1)
+            panel.xlabel.set_text(view.dim_label(lay.ndim - 1) if lay.ndim else "")
+            panel.ylabel.set_text(view.dim_label(lay.ndim - 2) if lay.ndim >= 2 else "")
             n_used = 0
             for r in range(0, R, stride):
                 for c in range(0, C, stride):
@@ -512,7 +652,6 @@ class Sheet:
         if panel.ticks_key == key:
             return
         panel.ticks_key = key
-        ax = panel.ax
 
         def pick(n_tiles, size):
             step = max(1, math.ceil((n_tiles + 1) / 9))
@@ -525,15 +664,11 @@ class Sheet:
             return [i * size for i in pos], [str(int(round(i * size))) for i in pos]
 
         if lay.ndim == 0:
-            ax.set_xticks([]), ax.set_yticks([])
+            panel.set_ticks([], [], [], [])
             return
         xt, xl = pick(C, tw)
-        ax.set_xticks(xt, xl)
-        if lay.ndim == 1:
-            ax.set_yticks([])
-        else:
-            yt, yl = pick(R, th)
-            ax.set_yticks(yt, yl)
+        yt, yl = pick(R, th) if lay.ndim >= 2 else ([], [])
+        panel.set_ticks(xt, xl, yt, yl)
 
 
 # --------------------------------------------------------------------------------------------

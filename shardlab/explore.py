@@ -139,6 +139,10 @@ class Explorer:
         """Draw a choice (default: the current one; it does not move the controls) and return the
         picture as PNG bytes, as the live view shows it."""
         self._draw_positions(self._positions(choice))
+        sheet = getattr(self.figure, "_shardlab_sheet", None)
+        if sheet is not None and not self._clear:
+            # A sheet knows its colours: map pixels to them instead of searching for a palette.
+            return png_bytes(self.figure, palette=sheet.key_colors)
         return png_bytes(self.figure, colors=LIVE_COLORS)
 
     def _refresh(self):

@@ -21,7 +21,8 @@ def labels(fig, panel=None):
     axes = [a for a in fig.axes if a.get_visible()]
     if panel is not None:
         axes = [axes[panel]]
-    return [t.get_text() for a in axes for t in a.texts if t.get_visible()]
+    return [t.get_text() for a in axes for t in a.texts
+            if t.get_visible() and getattr(t, "_shardlab_tile_label", False)]
 
 
 def fig_texts(fig):
@@ -30,9 +31,15 @@ def fig_texts(fig):
 
 def panel_rgb(fig, panel, r_frac, c_frac):
     """The colour drawn at a fractional position of a panel's image."""
-    ax = [a for a in fig.axes if a.get_visible()][panel]
-    img = np.asarray(ax.images[0].get_array())
+    img = panel_image(fig, panel)
     return tuple(img[int(r_frac * img.shape[0]), int(c_frac * img.shape[1])].tolist())
+
+
+def panel_image(fig, panel=0):
+    """The RGB pixels of a panel's tiles as last drawn."""
+    fig.canvas.draw()
+    panels = [p for p in fig._shardlab_sheet.panels if p.ax.get_visible()]
+    return np.asarray(panels[panel].image.get_array())[..., :3]
 
 
 def rgb255(hex_color):
@@ -64,8 +71,7 @@ def test_replicated_tiles_show_every_holder():
     fig = draw_sharding(tile_map({"x": 2, "y": 4}, P("x"), (8, 8)))
     assert sorted(labels(fig)) == ["0,1,2,3", "4,5,6,7"]
     # The top tile is striped with the colours of devices 0..3 and nothing else.
-    ax = fig.axes[0]
-    img = np.asarray(ax.images[0].get_array())
+    img = panel_image(fig)
     top = {tuple(p) for p in img[: img.shape[0] // 2 - 1].reshape(-1, 3).tolist()}
     assert top == {rgb255(device_color(i)) for i in range(4)}
     assert "each tile on 4 devices" in fig_texts(fig)
