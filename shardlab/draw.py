@@ -224,7 +224,12 @@ def _holder_label(ids, total: int) -> str:
     if n == 1:
         return str(ids[0])
     if n > 8:
-        return f"all {n}" if n == total else f"{n} devs\n{ids[0]},{ids[1]},…"
+        if n == total:
+            return f"all {n}"
+        step = ids[1] - ids[0]
+        if step > 0 and all(b - a == step for a, b in zip(ids, ids[1:])):
+            return f"{ids[0]}–{ids[-1]}" if step == 1 else f"{ids[0]},{ids[1]},…,{ids[-1]}"
+        return f"{n} devs\n{ids[0]},{ids[1]},…"
     per_line = 4 if n > 4 else n
     return "\n".join(",".join(map(str, ids[i:i + per_line])) for i in range(0, n, per_line))
 
@@ -581,7 +586,10 @@ class Sheet:
 
         # Labels: font from the widest label; thinned to every k-th tile when they cannot fit.
         max_id = int(lay.device_ids.max()) if lay.num_devices else 0
-        worst = _holder_label([max_id] * min(rep, 9) if rep <= 8 else range(rep), lay.num_devices)
+        if rep <= 8:
+            worst = _holder_label([max_id] * rep, lay.num_devices)
+        else:  # at most "a,b,…,z" or two lines "n devs / a,b,…"
+            worst = f"{max_id},{max_id},…,{max_id}" if rep < lay.num_devices else f"all {rep}"
         lines = worst.count("\n") + 1
         chars = max(len(l) for l in worst.split("\n"))
         fs = min(MAX_FONT, tile_w_pt * 0.85 / (0.62 * chars), tile_h_pt * 0.8 / (1.25 * lines))
@@ -625,7 +633,10 @@ class Sheet:
             self._ticks(panel, view, R, C, th, tw)
             ax.set_title(view.panel_title(p), fontsize=8, pad=2)
             panel.xlabel.set_text(view.dim_label(lay.ndim - 1) if lay.ndim else "")
-            panel.ylabel.set_text(view.dim_label(lay.ndim - 2) if lay.ndim >= 2 else "")
+            ylab = view.dim_label(lay.ndim - 2) if lay.ndim >= 2 else ""
+            if len(ylab) * 8 * 0.6 > ah * 1.15:  # too long for a short panel: two lines
+                ylab = ylab.replace(" — ", "\n", 1)
+            panel.ylabel.set_text(ylab)
             n_used = 0
             for r in range(0, R, stride):
                 for c in range(0, C, stride):

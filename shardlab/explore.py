@@ -32,6 +32,13 @@ def _option_label(v) -> str:
     return str(v)
 
 
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # e.g. numpy arrays, whose == is elementwise
+        return False
+
+
 class Explorer:
     """Sliders over ``controls`` driving ``draw(fig, **choice)`` on one reused figure.
 
@@ -92,7 +99,7 @@ class Explorer:
         for k, v in choice.items():
             if k not in self.controls:
                 raise ValueError(f"choice: unknown control {k!r}; controls are {list(self.controls)}")
-            matches = [i for i, o in enumerate(self.controls[k]) if o is v or o == v]
+            matches = [i for i, o in enumerate(self.controls[k]) if o is v or _same(o, v)]
             if not matches:
                 raise ValueError(f"choice: {v!r} is not an option of {k!r}: {self.controls[k]!r}")
             pos[k] = matches[0]

@@ -77,6 +77,11 @@ def test_replicated_tiles_show_every_holder():
     assert "each tile on 4 devices" in fig_texts(fig)
     full = draw_sharding(tile_map({"x": 2, "y": 4}, P(), (4, 4)))
     assert labels(full) == ["0,1,2,3\n4,5,6,7"]
+    # Many holders: a range, a progression, or "all".
+    assert labels(draw_sharding(tile_map({"x": 4, "y": 16}, P("x"), (64, 64)))) == \
+        ["0–15", "16–31", "32–47", "48–63"]
+    assert labels(draw_sharding(tile_map({"x": 16, "y": 4}, P(None, "y"), (4, 64)))) == \
+        ["0,4,…,60", "1,5,…,61", "2,6,…,62", "3,7,…,63"]
 
 
 def test_1d_and_nd_small_multiples():
