@@ -26,7 +26,8 @@ from matplotlib.transforms import offset_copy
 
 from shardlab.layout import Layout, format_mesh, layout_of, tile_map, _normalise_mesh
 
-__all__ = ["PALETTE", "device_color", "draw_sharding", "draw_mesh", "Sheet", "ShardFigure", "png_bytes"]
+__all__ = ["PALETTE", "device_color", "draw_sharding", "draw_mesh", "Sheet", "sheet_for", "ShardFigure",
+           "png_bytes"]
 
 # tab20 reordered: ids 0-9 get the ten tab10 colours, ids 10-19 their lighter twins; then it repeats.
 _TAB20 = ['#1f77b4', '#aec7e8', '#ff7f0e', '#ffbb78', '#2ca02c', '#98df8a', '#d62728', '#ff9896',
@@ -698,7 +699,7 @@ def _auto_figsize(view: _View) -> tuple[float, float]:
     return (max(width, 4.0), max(height, 1.9))
 
 
-def _sheet_in(ax, fig=None) -> Sheet:
+def _sheet_in(ax) -> Sheet:
     """A Sheet drawing inside an existing Axes' area (the Axes itself is hidden)."""
     ax.set_axis_off()
     return Sheet(ax.figure, ax.get_position().bounds)

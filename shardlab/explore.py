@@ -18,6 +18,7 @@ from shardlab.static_player import player_html
 
 __all__ = ["Explorer", "explorer", "sharding_explorer", "MAX_FRAMES"]
 
+_WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 MAX_FRAMES = 200        # combinations an explorer may ask to pre-render
 FRAME_DPI = 80          # modest: frames are embedded in the page
 LIVE_COLORS = 64        # PNG palette of a live frame (fast to encode)
@@ -214,11 +215,15 @@ class Explorer:
     def _repr_mimebundle_(self, include=None, exclude=None):
         bundle = {"text/plain": repr(self), "text/html": self.to_html()}
         try:
-            view = self.widget._repr_mimebundle_()
-        except ImportError:  # ipywidgets missing: the static player still works
-            view = None
-        if view and "application/vnd.jupyter.widget-view+json" in view:
-            bundle["application/vnd.jupyter.widget-view+json"] = view["application/vnd.jupyter.widget-view+json"]
+            widget = self.widget
+        except ImportError:  # no ipywidgets: the static player alone still works
+            return bundle
+        make = getattr(widget, "_repr_mimebundle_", None)
+        view = (make() or {}).get(_WIDGET_MIME) if make else None
+        if view is None and getattr(widget, "model_id", None):  # ipywidgets 7 has no _repr_mimebundle_
+            view = {"version_major": 2, "version_minor": 0, "model_id": widget.model_id}
+        if view is not None:
+            bundle[_WIDGET_MIME] = view
         return bundle
 
     def __repr__(self):

@@ -1,7 +1,5 @@
 """shardlab.layout: the layout maths agree with JAX, case by case and on random meshes and specs."""
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -54,6 +52,7 @@ def test_replicated_tiles_and_attributes():
     assert lay.tile_of() == {0: (0, 0), 1: (0, 0), 2: (0, 0), 3: (0, 0),
                              4: (1, 0), 5: (1, 0), 6: (1, 0), 7: (1, 0)}
     assert lay.describe() == "P('x', None) on mesh {x: 2, y: 4}, shape (8, 6)"
+    assert isinstance(lay, Layout)
     assert lay.device_ids.shape == (2, 4) and lay.tile_holders.shape == (2, 1, 4)
     assert lay.tile_slices((1, 0)) == (slice(4, 8), slice(0, 6))
     with pytest.raises(AttributeError):
