@@ -92,7 +92,7 @@ class Explorer:
     # -- state ---------------------------------------------------------------------------------
     @property
     def value(self) -> dict:
-        """The current choice, {label: option value}."""
+        """The current choice, as ``{label: option value}``."""
         return {k: self.controls[k][i] for k, i in self._pos.items()}
 
     def _positions(self, choice: dict) -> dict:
@@ -162,7 +162,7 @@ class Explorer:
     # -- the live view -------------------------------------------------------------------------
     @property
     def widget(self):
-        """The ipywidgets view: one slider per control (current option shown as text), then the image."""
+        """The ipywidgets view, one slider per control (the current option shown as text) above the image."""
         if self._widget is None:
             import ipywidgets as w
 
@@ -232,8 +232,10 @@ class Explorer:
 
 
 def explorer(controls, draw, *, figsize=(6, 4), clear=True, max_frames=MAX_FRAMES, caption=None) -> Explorer:
-    """A generic explorer. controls: {label: [option values]} (or {label: {option label: value}});
-    draw(fig, **{label: value}) draws one choice. With ``clear=True`` (default) the figure is cleared
+    """A generic explorer.
+
+    ``controls`` maps each label to its options, ``{label: [option values]}`` or
+    ``{label: {option label: value}}``; ``draw(fig, **choice)`` draws one choice. With ``clear=True`` (default) the figure is cleared
     before each draw; with ``clear=False`` draw is handed the figure as it left it and should update
     its own artists. A ValueError raised by draw is shown in the picture. At most ``max_frames``
     combinations (they are all pre-rendered for the page)."""

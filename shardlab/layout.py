@@ -238,7 +238,7 @@ class Layout:
 
     @property
     def mesh(self) -> dict:
-        """The mesh as {axis name: size}."""
+        """The mesh, as a dict ``{axis name: size}``."""
         return dict(zip(self.mesh_axes, self.mesh_sizes))
 
     @cached_property
@@ -259,8 +259,8 @@ class Layout:
 
     @cached_property
     def device_tiles(self) -> np.ndarray:
-        """Tile coordinates of every device: int array (num_devices, ndim), devices in mesh order
-        (aligned with ``device_ids.ravel()``)."""
+        """Each device's tile coordinates, an int array ``(num_devices, ndim)`` with devices in mesh
+        order (aligned with ``device_ids.ravel()``)."""
         n = self.num_devices
         coords = np.unravel_index(np.arange(n), self.mesh_sizes) if self.mesh_sizes else ()
         pos = {a: i for i, a in enumerate(self.mesh_axes)}
@@ -273,7 +273,8 @@ class Layout:
 
     @cached_property
     def tile_holders(self) -> np.ndarray:
-        """Device ids holding each tile: int array (*shards, replication), holders in mesh order."""
+        """The device ids holding each tile, an int array shaped ``(*shards, replication)``, holders in
+        mesh order."""
         flat_tile = (np.ravel_multi_index(self.device_tiles.T, self.shards) if self.ndim
                      else np.zeros(self.num_devices, dtype=np.int64))
         order = np.argsort(flat_tile, kind="stable")  # stable: keeps mesh order among holders

@@ -72,7 +72,7 @@ class MLPSizes:
 
     @property
     def param_bytes(self) -> int:
-        """Bytes of all parameters: ``layers * 2 * d_model * d_hidden * itemsize``."""
+        """The bytes of all parameters, ``layers * 2 * d_model * d_hidden * itemsize``."""
         return 2 * self.layers * self.weight_bytes
 
     def activation_bytes(self, batch: int | None = None) -> int:
@@ -97,7 +97,7 @@ class Transfer:
 
     @property
     def bytes_per_device(self):
-        """What one device sends, by the ring formula of :attr:`kind`."""
+        """What one device sends, by the ring formula of its ``kind``."""
         formula = {"all-reduce": bytes_all_reduce, "all-gather": bytes_all_gather,
                    "reduce-scatter": bytes_reduce_scatter}[self.kind]
         return formula(self.nbytes, self.group_size)
