@@ -1,12 +1,9 @@
-"""After a test run: hand the chapters executed by the tests to the book's execution cache."""
+"""After a test run: hand the chapters executed by the tests to the book's execution cache.
+
+The cache matches notebooks by the hash of their code, so a stale execution is never reused.
+"""
 
 from tests.paths import CACHE, CHAPTERS, EXECUTED
-
-
-def pytest_sessionstart(session):
-    if not hasattr(session.config, "workerinput"):
-        for old in EXECUTED.glob("*.ipynb"):
-            old.unlink()
 
 
 def pytest_sessionfinish(session, exitstatus):

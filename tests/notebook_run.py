@@ -22,7 +22,8 @@ def read_chapter(md: Path) -> nbformat.NotebookNode:
 def execute(nb: nbformat.NotebookNode, cwd: Path, extra_env: dict | None = None) -> nbformat.NotebookNode:
     env = dict(os.environ, IPYTHONDIR=str(IPYTHONDIR), PYDEVD_DISABLE_FILE_VALIDATION="1",
                **(extra_env or {}))
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+    # record_timing=False: timestamps in cell metadata would change the hash the book cache matches on.
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=False,
                             resources={"metadata": {"path": str(cwd)}})
     # nbclient passes the environment of this process to the kernel.
     old = dict(os.environ)

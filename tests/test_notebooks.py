@@ -2,14 +2,18 @@
 
 import nbformat
 import pytest
+from jupyter_cache import get_cache
 
 from tests.notebook_run import execute, read_chapter
-from tests.paths import CHAPTERS, EXECUTED
+from tests.paths import CACHE, CHAPTERS, EXECUTED
 
 
 @pytest.mark.parametrize("md", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_chapter_executes(md):
     nb = execute(read_chapter(md), cwd=md.parent)
+    # The book build reuses this execution only if it hashes like the chapter it reads itself.
+    cache = get_cache(str(CACHE))
+    assert cache.create_hashed_notebook(nb)[1] == cache.create_hashed_notebook(read_chapter(md))[1]
     EXECUTED.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, EXECUTED / f"{md.stem}.ipynb")
 
