@@ -395,6 +395,10 @@ def layout_of(x, shape=None) -> Layout:
             shape = tuple(x.shape)
     if sharding is None:
         raise ValueError(f"x: {type(x).__name__} carries no sharding")
+    base = _jax_attr("jax.sharding", "Sharding")
+    if base is None or not isinstance(sharding, base):
+        raise ValueError(f"x: expected a jax.Array, or a NamedSharding / SingleDeviceSharding with shape=..., "
+                         f"got {type(x).__name__}")
     if shape is None:
         raise ValueError(f"shape: required when x is a sharding ({type(sharding).__name__}), not an array")
     memory_kind = getattr(sharding, "memory_kind", None)

@@ -273,3 +273,15 @@ def test_accepts_exactly_what_jax_accepts(case):
     names, spec, shape = case
     mesh = jax_mesh((2, 2), names)
     assert we_accept(mesh, spec, shape) == jax_accepts(mesh, spec, shape), (spec, shape)
+
+
+@pytest.mark.parametrize("bad", [42, "a", [1, 2]])
+def test_layout_of_names_what_it_expected(bad):
+    with pytest.raises(ValueError, match="x: expected a jax.Array"):
+        layout_of(bad)
+
+
+def test_layout_of_a_sharding_needs_a_shape():
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("x",))
+    with pytest.raises(ValueError, match="shape: required"):
+        layout_of(jax.sharding.NamedSharding(mesh, P("x")))
