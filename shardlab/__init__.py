@@ -1,30 +1,42 @@
 """shardlab: the helper package of the book 'Parallelism in JAX'.
 
 Device set-up, sharding layouts and their pictures, explorers that work live
-and on the published page, and the collectives read from compiled code.
+and on the published page, the collectives read from compiled code, and the
+small machinery some chapters need (memory kinds, local processes, the
+communication model of training strategies).
 """
 
 from shardlab.devices import setup_devices
 from shardlab.exercises import check
-from shardlab.memory import has_memory_kind, memory_kinds, memory_placements, missing_memory_kind
-
-__all__ = ["setup_devices", "check"]
-__all__ += ["has_memory_kind", "memory_kinds", "memory_placements", "missing_memory_kind"]
-from shardlab.processes import ProcessesFailed, ProcessesTimedOut, ProcessResult, free_port, run_processes
-__all__ += ["run_processes", "free_port", "ProcessResult", "ProcessesFailed", "ProcessesTimedOut"]
-__version__ = "0.1.0"
 from shardlab.layout import Layout, layout_of, tile_map
-from shardlab.draw import PALETTE, device_color, draw_mesh, draw_sharding
+from shardlab.draw import PALETTE, ShardFigure, device_color, draw_mesh, draw_sharding
 from shardlab.explore import Explorer, explorer, sharding_explorer
-__all__ += ["Layout", "tile_map", "layout_of", "PALETTE", "device_color", "draw_sharding", "draw_mesh",
-            "Explorer", "explorer", "sharding_explorer"]
 from shardlab.compiled import (Collective, CollectiveReport, bytes_all_gather, bytes_all_reduce, bytes_all_to_all,
                                bytes_permute, bytes_reduce_scatter, collectives_in, collectives_in_compiled,
                                collectives_in_text)
 from shardlab.collectives import (CollectiveRun, RingSteps, collective_view, draw_collective, ring_steps,
                                   run_collective)
-__all__ += ["collectives_in", "collectives_in_compiled", "collectives_in_text", "Collective", "CollectiveReport",
-            "bytes_all_gather", "bytes_reduce_scatter", "bytes_all_reduce", "bytes_all_to_all", "bytes_permute",
-            "run_collective", "ring_steps", "collective_view", "draw_collective", "CollectiveRun", "RingSteps"]
+from shardlab.memory import has_memory_kind, memory_kinds, memory_placements, missing_memory_kind
+from shardlab.processes import ProcessesFailed, ProcessesTimedOut, ProcessResult, free_port, run_processes
 from shardlab.strategies import STRATEGIES, MLPSizes, Transfer, mlp_bytes, mlp_memory, mlp_transfers, phase_of
-__all__ += ["STRATEGIES", "MLPSizes", "Transfer", "mlp_transfers", "mlp_bytes", "mlp_memory", "phase_of"]
+
+__all__ = [
+    # set-up and exercises
+    "setup_devices", "check",
+    # layouts and their pictures
+    "Layout", "tile_map", "layout_of", "PALETTE", "device_color", "draw_sharding", "draw_mesh", "ShardFigure",
+    # explorers
+    "Explorer", "explorer", "sharding_explorer",
+    # compiled code
+    "collectives_in", "collectives_in_compiled", "collectives_in_text", "Collective", "CollectiveReport",
+    "bytes_all_gather", "bytes_reduce_scatter", "bytes_all_reduce", "bytes_all_to_all", "bytes_permute",
+    # collectives step by step
+    "run_collective", "ring_steps", "collective_view", "draw_collective", "CollectiveRun", "RingSteps",
+    # memory kinds
+    "has_memory_kind", "memory_kinds", "memory_placements", "missing_memory_kind",
+    # several processes
+    "run_processes", "free_port", "ProcessResult", "ProcessesFailed", "ProcessesTimedOut",
+    # training strategies
+    "STRATEGIES", "MLPSizes", "Transfer", "mlp_transfers", "mlp_bytes", "mlp_memory", "phase_of",
+]
+__version__ = "0.1.0"
