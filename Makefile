@@ -27,7 +27,7 @@ book: $(STAMP)
 # Unit tests, every chapter executed, pairing checks; then the book (reusing those
 # executions) and every page opened in a real browser.
 test: $(STAMP) $(CHROMIUM)
-	$(BIN)/pytest -n auto tests --ignore=tests/browser
+	$(BIN)/pytest -n auto --durations=15 tests --ignore=tests/browser
 	$(JB)
 	$(BIN)/pytest tests/browser
 
