@@ -426,14 +426,14 @@ class Sheet:
         self.note.set_position((x0 + rw / 2, y0 + 0.04 / fh))
         self.error.set_position((x0 + rw / 2, y0 + rh * 0.45))
 
-    def _build(self, n_panels: int, ratio: float, has_panel_titles: bool, n_notes: int):
+    def _build(self, n_panels: int, ratio: float, has_panel_titles: bool, n_notes: int, n_sub_lines: int = 1):
         for p in self.panels:
             p.ax.remove()
         self.panels = []
         fw, fh = self.fig.get_size_inches()
         x0, y0, rw, rh = self.rect
         w_in, h_in = rw * fw, rh * fh
-        top, bottom = 0.62, 0.12 + 0.16 * n_notes
+        top, bottom = 0.47 + 0.15 * n_sub_lines, 0.12 + 0.16 * n_notes
         # Choose the panel grid whose cells best fit the panels' aspect ratio.
         best = None
         for cols in range(1, n_panels + 1):
@@ -473,9 +473,10 @@ class Sheet:
             ratio = 0.14
         else:
             ratio = min(max(h_el / w_el, 0.2), 2.5) if h_el and w_el else 1.0
-        structure = (view.num_panels, ratio, layout.ndim > 2, len(notes) + 1)
+        sub = self._subtitle(layout, title, kind)
+        structure = (view.num_panels, ratio, layout.ndim > 2, len(notes) + 1, sub.count("\n") + 1)
         if structure != self.structure:
-            self._build(view.num_panels, ratio, layout.ndim > 2, len(notes) + 1)
+            self._build(*structure)
             self.structure = structure
         self.error.set_visible(False)
 
@@ -489,19 +490,31 @@ class Sheet:
             notes.append(mode_note)
 
         self.title.set_text(title if title is not None else layout.spec_str())
-        sub = f"mesh {layout.mesh_str()} · array {layout.shape} · tile {layout.tile_shape}"
-        if title is not None:
-            sub = f"{layout.spec_str()} · {sub}"  # a caller's title replaces the spec line
-        if layout.replication > 1:
-            sub += f" · each tile on {layout.replication} devices"
-        if kind == "mesh":
-            sub = f"{layout.num_devices} devices; each cell is one device, labelled with its id"
-        if layout.memory_kind not in (None, "device"):
-            sub += f"\nmemory kind: {layout.memory_kind}"
         self.subtitle.set_text(sub)
         self.note.set_text("  ·  ".join(notes))
         self._set_legend(layout, color_by)
         return self.fig
+
+    def _subtitle(self, layout: Layout, title: str | None, kind: str) -> str:
+        """The line under the title, wrapped at its " · " separators to the sheet's width."""
+        if kind == "mesh":
+            parts = [f"{layout.num_devices} devices; each cell is one device, labelled with its id"]
+        else:
+            parts = [f"mesh {layout.mesh_str()}", f"array {layout.shape}", f"tile {layout.tile_shape}"]
+            if title is not None:
+                parts.insert(0, layout.spec_str())  # a caller's title replaces the spec line
+            if layout.replication > 1:
+                parts.append(f"each tile on {layout.replication} devices")
+        max_chars = max(24, int(self._inches()[0] * 72 / 5.2))  # 8.5 pt text: about 5.2 pt a character
+        lines = [parts[0]]
+        for part in parts[1:]:
+            if len(lines[-1]) + 3 + len(part) <= max_chars:
+                lines[-1] += " · " + part
+            else:
+                lines.append(part)
+        if layout.memory_kind not in (None, "device"):
+            lines.append(f"memory kind: {layout.memory_kind}")
+        return "\n".join(lines)
 
     def draw_error(self, message: str, *, title: str | None = None):
         """Show ``message`` instead of a picture (panels are hidden, kept for the next draw)."""

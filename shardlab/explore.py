@@ -8,6 +8,7 @@ own script) for the built book, which is configured to show the HTML form.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import textwrap
@@ -38,6 +39,19 @@ def _same(a, b) -> bool:
         return bool(a == b)
     except Exception:  # e.g. numpy arrays, whose == is elementwise
         return False
+
+
+def _check_draw_accepts(draw, controls) -> None:
+    """Fail now, not while pre-rendering frames, if ``draw`` cannot take every label as a keyword."""
+    try:
+        sig = inspect.signature(draw)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return
+    try:
+        sig.bind(None, **{label: None for label in controls})
+    except TypeError as e:
+        raise ValueError(f"controls: draw(fig, **choice) cannot take the labels {list(controls)} as keyword "
+                         f"arguments ({e}); name its parameters after the labels, or give it **choice") from None
 
 
 class Explorer:
@@ -77,6 +91,7 @@ class Explorer:
                              "pictures to pre-render; offer fewer options")
         if not callable(draw):
             raise ValueError(f"draw: expected a function draw(fig, **choice), got {draw!r}")
+        _check_draw_accepts(draw, self.controls)
         self._draw = draw
         self._clear = clear
         self._caption = caption

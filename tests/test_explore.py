@@ -122,9 +122,19 @@ def test_custom_meshes_shapes_and_per_dimension_specs():
 
 
 def test_choice_errors_and_repr():
-    ex = explorer({"a": [0, 1]}, draw_a)
+    ex = explorer({"a": [0, 1], "b": [0]}, draw_a)
     assert isinstance(ex, Explorer) and "a: 2 options" in repr(ex)
     with pytest.raises(ValueError, match="choice"):
         ex.set(a=5)
     with pytest.raises(ValueError, match="choice"):
         ex.set(c=0)
+
+
+def test_draw_that_cannot_take_a_label_is_refused_up_front():
+    def draw(fig, shape):
+        pass
+
+    with pytest.raises(ValueError, match="cannot take the labels"):
+        shardlab.explorer({"input shape": [1, 2]}, draw)
+    shardlab.explorer({"shape": [1, 2]}, draw)  # named after the label: fine
+    shardlab.explorer({"input shape": [1, 2]}, lambda fig, **choice: None)  # **choice: fine
