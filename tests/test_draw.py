@@ -188,3 +188,13 @@ def test_sheet_reuses_its_artists():
     assert "unknown mesh axis" in fig_texts(fig) and not ax.get_visible()
     sheet.draw(tile_map({"x": 2, "y": 4}, P("x"), (8, 8)))
     assert ax.get_visible() and "unknown" not in fig_texts(fig)
+
+
+def test_subtitle_wraps_to_a_narrow_panel():
+    lay = tile_map({"x": 2, "y": 4}, ("x",), (8, 8))
+    wide = draw_sharding(lay, figsize=(9, 3))
+    fig = ShardFigure(figsize=(9, 3))
+    narrow = fig.subplots(1, 3)[0]
+    draw_sharding(lay, ax=narrow, title="one of three")
+    lines = lambda f: max(t.get_text().count("\n") + 1 for t in f.texts if "mesh {x: 2, y: 4}" in t.get_text())
+    assert lines(wide) == 1 and lines(fig) >= 2
