@@ -27,11 +27,13 @@ PAGE_COLORS = 32        # PNG palette of a frame stored in the page (small)
 
 
 def _option_label(v) -> str:
-    if v is None:
-        return "None"
-    if isinstance(v, str):
-        return repr(v)
-    return str(v)
+    """How an option reads next to its slider: strings as they are, anything else as str()."""
+    return v if isinstance(v, str) else str(v)
+
+
+def _spec_entry_label(v) -> str:
+    """A PartitionSpec entry as it is written in code: None, 'x', ('x', 'y')."""
+    return repr(v)
 
 
 def _same(a, b) -> bool:
@@ -303,7 +305,7 @@ def sharding_explorer(meshes=DEFAULT_MESHES, shapes=DEFAULT_SHAPES, specs=DEFAUL
     for d, opts in enumerate(dim_opts):
         if not opts:
             raise ValueError(f"specs: no options for dimension {d}")
-        controls[f"dim {d}"] = {_option_label(o): o for o in opts}
+        controls[f"dim {d}"] = {_spec_entry_label(o): o for o in opts}
 
     def draw(fig, mesh, shape, **entries):
         sheet = sheet_for(fig)

@@ -47,7 +47,7 @@ def test_static_html_one_range_per_control_and_unique_frames():
     assert f"document.getElementById({json.dumps(root_id)})" in html  # scoped to its own root
     cfg = config_of(html)
     assert len(cfg["frames"]) == 3 and cfg["table"] == [0, 0, 1, 1, 2, 2]
-    assert cfg["labels"] == [["0", "1", "2"], ["'p'", "'q'"]] and cfg["radix"] == [3, 2]
+    assert cfg["labels"] == [["0", "1", "2"], ["p", "q"]] and cfg["radix"] == [3, 2]
     # Self-contained: no network, no external script.
     assert "http" not in html and "<script src" not in html
     # Two explorers on one page get different roots.
