@@ -102,23 +102,12 @@ def test_explicit_groups_all_reduce():
     assert c.senders == tuple(range(8))
 
 
+# Every spelling of replica groups: iota, then named mesh axes.
 @pytest.mark.parametrize("groups, expected", [
     ("[2,4]<=[8]", [[0, 1, 2, 3], [4, 5, 6, 7]]),
     ("[1,8]<=[8]", [list(range(8))]),
     ("[4,2]<=[2,4]T(1,0)", [[0, 4], [1, 5], [2, 6], [3, 7]]),
     ("[2,4]<=[2,2,2]T(1,0,2)", [[0, 1, 4, 5], [2, 3, 6, 7]]),
-])
-def test_iota_groups(groups, expected):
-    text = module(f"ROOT r = f32[16,8]{{1,0}} all-reduce(p), channel_id=1, replica_groups={groups}, "
-                  "use_global_device_ids=true, to_apply=add")
-    xla_accepts(text)
-    c = one(text)
-    assert c.replica_groups == expected
-    assert c.group_size == len(expected[0])
-    assert c.bytes_per_device == bytes_all_reduce(512, len(expected[0]))
-
-
-@pytest.mark.parametrize("groups, expected", [
     ("mesh['x'=2,'y'=4] {'y'}", [[0, 1, 2, 3], [4, 5, 6, 7]]),
     ("mesh['x'=2,'y'=4] {'x'}", [[0, 4], [1, 5], [2, 6], [3, 7]]),
     ("mesh['x'=2,'y'=4] {'x','y'}", [list(range(8))]),
@@ -132,12 +121,14 @@ def test_iota_groups(groups, expected):
     ("mesh['a'=8] {'a':(2)2}", [[0, 2], [1, 3], [4, 6], [5, 7]]),
     ("mesh['a'=8] {'a':(1)2,'a':(4)2}", [[0, 1, 4, 5], [2, 3, 6, 7]]),
 ])
-def test_mesh_axes_groups(groups, expected):
+def test_replica_group_spellings(groups, expected):
     text = module(f"ROOT r = f32[16,8]{{1,0}} all-reduce(p), channel_id=1, replica_groups={groups}, "
                   "use_global_device_ids=true, to_apply=add")
     xla_accepts(text)
     c = one(text)
     assert c.replica_groups == expected
+    assert c.group_size == len(expected[0])
+    assert c.bytes_per_device == bytes_all_reduce(512, len(expected[0]))
 
 
 def test_mesh_axes_agree_with_iota_spelling():
