@@ -3,11 +3,11 @@
 The cache matches notebooks by the hash of their code, so a stale execution is never reused.
 """
 
-from tests.paths import CACHE, CHAPTERS, EXECUTED
+from tests.paths import CACHE, CHAPTERS, EXECUTED, HAND_TO_BOOK
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if hasattr(session.config, "workerinput") or not EXECUTED.is_dir():
+    if hasattr(session.config, "workerinput") or not HAND_TO_BOOK or not EXECUTED.is_dir():
         return  # only the controlling process, once every worker is done
     import nbformat
     from jupyter_cache import get_cache

@@ -1,0 +1,51 @@
+"""Every exercise hides its answer until the reader asks: on the page, in JupyterLab and in Colab.
+
+The reader's cell (``answer_N = ...``) comes first, then the visible check, then the book's answer in a
+cell whose code is collapsed on the page (``hide-input``), in JupyterLab (``jupyter.source_hidden``) and in
+Colab (``cellView: form`` with an ``@title`` line).
+"""
+
+import re
+
+import nbformat
+import pytest
+
+from shardlab.exercises import ANSWER_TITLE
+from tests.paths import CHAPTERS
+
+CHECK = re.compile(r"shardlab\.check\(\s*(answer_\w+)")
+
+
+def _answer_cells(nb):
+    return [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith(ANSWER_TITLE)]
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_answers_are_hidden_in_every_frontend(md):
+    nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
+    answers = _answer_cells(nb)
+    assert answers, f"{md.name}: no exercise answer cells (first line {ANSWER_TITLE!r})"
+    for i, cell in answers:
+        where = f"{md.name}, cell {i}"
+        assert "hide-input" in cell.metadata.get("tags", []), f"{where}: answer needs the hide-input tag"
+        assert cell.metadata.get("jupyter", {}).get("source_hidden") is True, \
+            f"{where}: answer needs jupyter.source_hidden (JupyterLab)"
+        assert cell.metadata.get("cellView") == "form", f"{where}: answer needs cellView: form (Colab)"
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_each_answer_follows_an_unanswered_cell_and_its_check(md):
+    nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
+    for i, cell in _answer_cells(nb):
+        found = CHECK.search(cell.source)
+        assert found, f"{md.name}, cell {i}: an answer cell must call shardlab.check(answer_N, ...)"
+        name = found.group(1)
+        before = [c.source for c in nb.cells[:i] if c.cell_type == "code"]
+        placeholder = re.compile(rf"^{name} = \.\.\.", re.M)
+        slot = [k for k, src in enumerate(before) if placeholder.search(src)]
+        assert slot, f"{md.name}: no reader's cell `{name} = ...` before its answer"
+        checks = [src for src in before[slot[-1] + 1:] if CHECK.search(src) and CHECK.search(src).group(1) == name]
+        assert checks, f"{md.name}: no visible shardlab.check({name}, ...) between the reader's cell and the answer"
+        assert not any(src.startswith(ANSWER_TITLE) for src in before[slot[-1]:]
+                       if CHECK.search(src) and CHECK.search(src).group(1) == name), \
+            f"{md.name}: the answer to {name} comes before the reader's cell"
