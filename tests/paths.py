@@ -5,7 +5,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
-CHAPTERS = sorted(NOTEBOOKS.glob("*.md"))
+CHAPTERS = sorted(NOTEBOOKS.glob("*.md"))  # every executed page: numbered chapters and notebook pages
+NUMBERED = [md for md in CHAPTERS if md.stem[:2].isdigit()]  # the chapters, each ending with exercises
 IPYTHONDIR = Path(__file__).resolve().parent / "ipython"
 EXECUTED = ROOT / "_build" / "executed"
 CACHE = ROOT / "_build" / ".jupyter_cache"

@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 from shardlab.exercises import ANSWER_TITLE
-from tests.paths import CHAPTERS
+from tests.paths import NUMBERED
 
 CHECK = re.compile(r"shardlab\.check\(\s*(answer_\w+)")
 
@@ -20,7 +20,7 @@ def _answer_cells(nb):
     return [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith(ANSWER_TITLE)]
 
 
-@pytest.mark.parametrize("md", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+@pytest.mark.parametrize("md", NUMBERED, ids=[p.stem for p in NUMBERED])
 def test_answers_are_hidden_in_every_frontend(md):
     nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
     answers = _answer_cells(nb)
@@ -33,7 +33,7 @@ def test_answers_are_hidden_in_every_frontend(md):
         assert cell.metadata.get("cellView") == "form", f"{where}: answer needs cellView: form (Colab)"
 
 
-@pytest.mark.parametrize("md", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+@pytest.mark.parametrize("md", NUMBERED, ids=[p.stem for p in NUMBERED])
 def test_each_answer_follows_an_unanswered_cell_and_its_check(md):
     nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
     for i, cell in _answer_cells(nb):
