@@ -14,6 +14,7 @@ from shardlab.explore import Explorer, explorer, sharding_explorer
 from shardlab.compiled import (Collective, CollectiveReport, bytes_all_gather, bytes_all_reduce, bytes_all_to_all,
                                bytes_permute, bytes_reduce_scatter, collectives_in, collectives_in_compiled,
                                collectives_in_text)
+from shardlab.compiled import bytes_all_to_all_ring
 from shardlab.collectives import (CollectiveRun, RingSteps, collective_view, draw_collective, ring_steps,
                                   run_collective)
 from shardlab.memory import has_memory_kind, memory_kinds, memory_placements, missing_memory_kind
@@ -29,7 +30,7 @@ __all__ = [
     "Explorer", "explorer", "sharding_explorer",
     # compiled code
     "collectives_in", "collectives_in_compiled", "collectives_in_text", "Collective", "CollectiveReport",
-    "bytes_all_gather", "bytes_reduce_scatter", "bytes_all_reduce", "bytes_all_to_all", "bytes_permute",
+    "bytes_all_gather", "bytes_reduce_scatter", "bytes_all_reduce", "bytes_all_to_all", "bytes_all_to_all_ring", "bytes_permute",
     # collectives step by step
     "run_collective", "ring_steps", "collective_view", "draw_collective", "CollectiveRun", "RingSteps",
     # memory kinds

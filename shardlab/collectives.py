@@ -132,8 +132,9 @@ class CollectiveRun:
     ``before[p]`` and ``after[p]`` are the buffers of the device at mesh
     position ``p`` (``device_ids[p]``); ``before_origins``/``after_origins``
     hold, per element, a bit mask of the positions whose values it came from.
-    ``bytes_per_device`` is what each device sends by the ring formulas of
-    ``shardlab.compiled`` (``bytes_all_reduce`` and friends).
+    ``bytes_per_device`` is modelled, not measured: what each device sends by
+    the formulas of ``shardlab.compiled`` (the ring model, ``bytes_all_reduce``
+    and friends; for ``all_to_all`` a direct exchange, ``bytes_all_to_all``).
     """
 
     kind: str
@@ -482,8 +483,8 @@ def _frames_of_run(run: CollectiveRun) -> list[_Frame]:
         "psum": f"ring all-reduce: 2(n-1)/n \u00d7 {size * _ITEMSIZE} B",
         "all_gather": f"ring all-gather: (n-1)/n \u00d7 {n * size * _ITEMSIZE} B",
         "psum_scatter": f"ring reduce-scatter: (n-1)/n \u00d7 {size * _ITEMSIZE} B",
-        "ppermute": f"the whole buffer, {size * _ITEMSIZE} B",
-        "all_to_all": f"(n-1)/n \u00d7 {size * _ITEMSIZE} B",
+        "ppermute": f"ring model: the whole buffer, {size * _ITEMSIZE} B",
+        "all_to_all": f"direct exchange: (n-1)/n \u00d7 {size * _ITEMSIZE} B",
     }[kind]
     out_chunk = {"psum": size, "all_gather": size, "psum_scatter": run.chunk, "ppermute": size,
                  "all_to_all": run.chunk}[kind]
@@ -492,7 +493,7 @@ def _frames_of_run(run: CollectiveRun) -> list[_Frame]:
                np.zeros((n, size), bool), f"before: each device holds {size} value(s)"),
         _Frame("after", flat(run.after), flat(run.after_origins), out_chunk,
                np.zeros(flat(run.after).shape, bool),
-               f"after {run.call}: each device sent {_fmt_bytes(run.bytes_per_device)} ({formula})"),
+               f"after {run.call}: each device sent {_fmt_bytes(run.bytes_per_device)}, modelled ({formula})"),
     ]
 
 

@@ -1,11 +1,23 @@
-"""What jit inserted: the collectives read from compiled HLO, and the bytes they move.
+"""What jit inserted: the collectives read from compiled HLO, and the bytes they move by a model.
 
 ``collectives_in(f, *args)`` compiles ``f`` for the example arguments and reads
 every collective out of ``.compile().as_text()``: its kind, the shapes it takes
-and gives, the groups of devices that talk to each other, and how many bytes
-each device sends by the standard ring formulas (also public, as
-``bytes_all_gather`` and friends, so a chapter can compare what the compiler
-chose with the analytic minimum).
+and gives, the groups of devices that talk to each other. Those are *read from
+compiled code*. The bytes each device sends are *modelled*: the ring model
+(the bandwidth-optimal ring algorithms, ``bytes_all_gather`` and friends, also
+public) applied to the shapes read. Nothing here measures traffic; the model
+says what the algorithm needs, not what a given runtime or network moves.
+
+The ring model per kind, for ``n`` devices in a group: all-gather sends
+``(n-1)/n`` of the result, reduce-scatter ``(n-1)/n`` of the operand,
+all-reduce ``2(n-1)/n`` of the operand, collective-permute the whole operand.
+All-to-all is the exception: ``bytes_all_to_all`` counts a *direct exchange*
+(every device linked to every other), ``(n-1)/n`` of the operand, which is what
+leaves the device. On a ring, pieces are forwarded through the devices between
+sender and receiver, and ``bytes_all_to_all_ring`` counts that: about ``n/4``
+times as much on a bidirectional ring (a quarter to a third of an all-gather
+of the same operand) and ``(n-1)/2`` of the operand on a one-way ring (half of
+that all-gather). Reports use the direct-exchange count for all-to-all and say so.
 
 Group members are *positions* in the executable's device assignment (what HLO
 calls replica or partition ids), not ``Device.id``; ``CollectiveReport.device_ids``
@@ -37,6 +49,7 @@ __all__ = [
     "bytes_reduce_scatter",
     "bytes_all_reduce",
     "bytes_all_to_all",
+    "bytes_all_to_all_ring",
     "bytes_permute",
 ]
 
@@ -55,7 +68,7 @@ _BITS = {
 
 
 # --------------------------------------------------------------------------
-# The formulas: bytes one device sends, ring algorithms.
+# The model: bytes one device sends, ring algorithms (all-to-all: direct exchange).
 # --------------------------------------------------------------------------
 
 def _check_formula_args(name: str, nbytes, n) -> None:
@@ -109,13 +122,38 @@ def bytes_all_reduce(nbytes, n: int):
 
 
 def bytes_all_to_all(nbytes, n: int):
-    """Bytes one device sends in an all-to-all over ``n`` devices: ``(n-1)/n * nbytes``.
+    """Bytes one device sends in an all-to-all over ``n`` devices, direct exchange: ``(n-1)/n * nbytes``.
 
     The buffer is cut into ``n`` pieces; one stays, the other ``n - 1`` go to
-    one peer each.
+    one peer each. This counts what leaves the device when every device has a
+    link to every other (a fully connected exchange), not a ring: on a ring the
+    pieces are forwarded, see :func:`bytes_all_to_all_ring`.
     """
     _check_formula_args("bytes_all_to_all", nbytes, n)
     return _number(_fraction(nbytes) * (n - 1) / n)
+
+
+def bytes_all_to_all_ring(nbytes, n: int, *, bidirectional: bool = True):
+    """Bytes one device sends in an all-to-all over a ring of ``n`` devices, forwarding included.
+
+    The piece for the device ``k`` places away travels ``k`` hops on a one-way
+    ring, ``min(k, n - k)`` on a bidirectional one, and every hop is a send. Summed
+    over the ``n - 1`` pieces of size ``nbytes / n`` (every device does the same,
+    so the forwarding one device does for others equals its own pieces' extra hops)::
+
+        one-way:        nbytes/n * sum(k for k in 1..n-1)           = (n-1)/2 * nbytes
+        bidirectional:  nbytes/n * sum(min(k, n-k) for k in 1..n-1)  = n/4 * nbytes (n even),
+                                                                      (n*n-1)/(4n) * nbytes (n odd)
+
+    An all-gather of the same ``nbytes`` per device sends ``(n-1) * nbytes``, so
+    the ring all-to-all costs half of it one-way and ``n/(4(n-1))`` of it
+    bidirectionally (a quarter to a third for ``n >= 3``).
+    """
+    _check_formula_args("bytes_all_to_all_ring", nbytes, n)
+    if not isinstance(bidirectional, (bool, np.bool_)):
+        raise ValueError(f"bytes_all_to_all_ring: bidirectional must be True or False, got {bidirectional!r}")
+    hops = sum(min(k, n - k) if bidirectional else k for k in range(1, n))
+    return _number(_fraction(nbytes) * hops / n)
 
 
 def bytes_permute(nbytes, sends: bool = True):
@@ -410,8 +448,10 @@ class Collective:
     ``kind`` is one of ``shardlab.compiled.KINDS``; ``operands`` and ``results`` are what
     one device gives and gets (several for a combined, variadic collective);
     ``replica_groups`` lists the groups of device positions that communicate
-    (for a collective-permute, see ``source_target_pairs``). ``bytes_per_device``
-    is what one device sends by the ring formula of its kind.
+    (for a collective-permute, see ``source_target_pairs``): all read from
+    compiled code. ``bytes_per_device`` is modelled, not measured: what one
+    device sends by the formula of its kind applied to those shapes (the ring
+    model; for an all-to-all, a direct exchange, see ``model``).
     """
 
     kind: str
@@ -425,6 +465,11 @@ class Collective:
     is_async: bool = False
     dimensions: tuple = ()
     hlo: str = field(default="", repr=False)
+
+    @property
+    def model(self) -> str:
+        """The model behind ``bytes_per_device``: ``"ring"``, or ``"direct exchange"`` for an all-to-all."""
+        return "direct exchange" if self.kind == "all-to-all" else "ring"
 
     @property
     def shape(self):
@@ -488,7 +533,7 @@ class Collective:
 
     def __str__(self) -> str:
         return (f"{self.kind} {self._shapes_text()}, {self.groups_text()}, "
-                f"{_fmt_bytes(self.bytes_per_device)} bytes sent per device")
+                f"{_fmt_bytes(self.bytes_per_device)} bytes sent per device ({self.model} model)")
 
 
 def _fmt_bytes(x) -> str:
@@ -525,7 +570,7 @@ class CollectiveReport(Sequence):
 
     @property
     def total_bytes_per_device(self):
-        """Bytes one device sends over all the collectives (formulas of each kind, summed)."""
+        """Bytes one device sends over all the collectives, modelled (each kind's formula, summed)."""
         return _number(sum(Fraction(c.bytes_per_device) for c in self._items))
 
     def traffic(self) -> list[tuple]:
@@ -553,20 +598,21 @@ class CollectiveReport(Sequence):
         return [[self.device_ids[p] for p in g] for g in collective.replica_groups]
 
     def summary(self) -> str:
-        """One line: how many collectives of which kinds, and the bytes each device sends."""
+        """One line: how many collectives of which kinds, and the modelled bytes each device sends."""
         if not self._items:
             return "No collectives: every device computes on its own data."
         kinds = ", ".join(f"{k} \u00d7{v}" if v > 1 else k for k, v in self.kinds().items())
         many = "collective" if len(self) == 1 else "collectives"
+        models = "ring model" + ("; all-to-all: direct exchange" if "all-to-all" in self.kinds() else "")
         return (f"{len(self)} {many} ({kinds}); each device sends "
-                f"{_fmt_bytes(self.total_bytes_per_device)} bytes.")
+                f"{_fmt_bytes(self.total_bytes_per_device)} bytes ({models}).")
 
     def _rows(self):
         return [(c.kind, c._shapes_text(), c.dtype, c.groups_text(), _fmt_bytes(c.bytes_per_device))
                 for c in self._items]
 
     def __str__(self) -> str:
-        head = ("kind", "operand -> result", "dtype", "groups", "bytes/device")
+        head = ("kind", "operand -> result", "dtype", "groups", "bytes/device (model)")
         rows = self._rows()
         if not rows:
             return self.summary()
@@ -586,7 +632,7 @@ class CollectiveReport(Sequence):
             for r in self._rows()
         )
         head = "".join(f"<th>{h}</th>" for h in ("kind", "operand \u2192 result", "dtype", "groups",
-                                                   "bytes/device"))
+                                                   "bytes/device (model)"))
         table = f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>" if rows else ""
         return f"<div class='shardlab-collectives'><p>{esc(self.summary())}</p>{table}</div>"
 

@@ -240,7 +240,10 @@ def test_collective_view_is_an_explorer_over_steps():
     plain = collective_view("psum", 4)
     assert plain.controls == {"step": ["before", "after"]}
     plain.render(step="after")
-    assert any("each device sent 24 bytes" in t.get_text() for t in plain.figure.texts)
+    assert any("each device sent 24 bytes, modelled (ring all-reduce" in t.get_text() for t in plain.figure.texts)
+    a2a = collective_view("all_to_all", 4)
+    a2a.render(step="after")
+    assert any("modelled (direct exchange" in t.get_text() for t in a2a.figure.texts)
     rs = collective_view("psum_scatter", DEVICES[:3], ring=True)
     assert rs.controls["step"] == ["before", "step 1", "step 2", "after"]
 

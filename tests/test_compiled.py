@@ -18,6 +18,7 @@ from shardlab.compiled import (  # noqa: E402
     bytes_all_gather,
     bytes_all_reduce,
     bytes_all_to_all,
+    bytes_all_to_all_ring,
     bytes_permute,
     bytes_reduce_scatter,
     collectives_in,
@@ -70,7 +71,52 @@ def test_formulas():
         assert f(4096, 1) == 0  # a group of one sends nothing
 
 
-@pytest.mark.parametrize("f", [bytes_all_gather, bytes_reduce_scatter, bytes_all_reduce, bytes_all_to_all])
+def _ring_all_to_all_by_hops(nbytes, n, bidirectional):
+    """Route every piece of every device round a ring, count the bytes each device puts on its links."""
+    piece = nbytes / n
+    sent = np.zeros(n)
+    for src in range(n):
+        for dst in range(n):
+            k = (dst - src) % n
+            step = 1 if (not bidirectional or k <= n - k) else -1
+            at = src
+            while at != dst:
+                sent[at] += piece  # the device holding the piece sends it one hop on
+                at = (at + step) % n
+    assert np.allclose(sent, sent[0])  # every device sends the same
+    return sent[0]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 16])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_all_to_all_on_a_ring(n, bidirectional):
+    nbytes = 1024 * 3
+    got = bytes_all_to_all_ring(nbytes, n, bidirectional=bidirectional)
+    assert got == pytest.approx(_ring_all_to_all_by_hops(nbytes, n, bidirectional))
+    if not bidirectional:
+        assert got == pytest.approx((n - 1) / 2 * nbytes)
+        if n > 1:  # half of an all-gather of the same operand
+            assert got == pytest.approx(bytes_all_gather(n * nbytes, n) / 2)
+    elif n % 2 == 0:
+        assert got == pytest.approx(n / 4 * nbytes)
+    if bidirectional and n >= 3:  # a quarter to a third of that all-gather
+        assert 1 / 4 < got / bytes_all_gather(n * nbytes, n) <= 1 / 3
+    assert got >= bytes_all_to_all(nbytes, n)  # never less than the direct exchange
+
+
+def test_all_to_all_ring_examples_and_bad_input():
+    assert bytes_all_to_all_ring(1024, 8) == 2048 and bytes_all_to_all_ring(1024, 8, bidirectional=False) == 3584
+    assert bytes_all_to_all_ring(16, 4) == 16 and bytes_all_to_all(16, 4) == 12
+    with pytest.raises(ValueError, match="nbytes"):
+        bytes_all_to_all_ring(-1, 4)
+    with pytest.raises(ValueError, match=r"\bn\b"):
+        bytes_all_to_all_ring(12, 0)
+    with pytest.raises(ValueError, match="bidirectional"):
+        bytes_all_to_all_ring(12, 4, bidirectional="yes")
+
+
+@pytest.mark.parametrize("f", [bytes_all_gather, bytes_reduce_scatter, bytes_all_reduce, bytes_all_to_all,
+                               bytes_all_to_all_ring])
 def test_formulas_reject_bad_input(f):
     with pytest.raises(ValueError, match="nbytes"):
         f(-1, 4)
@@ -193,6 +239,8 @@ def test_all_to_all_array_and_tuple_forms():
     assert a.bytes_per_device == bytes_all_to_all(512, 8) == 448
     assert t.shape == ((8, 1), (8, 1)) and t.group_size == 2
     assert t.operand_bytes == 64 and t.bytes_per_device == bytes_all_to_all(64, 2) == 32
+    assert a.model == "direct exchange" and "direct exchange model" in str(a)
+    assert "(ring model; all-to-all: direct exchange)" in collectives_in_text(text).summary()
 
 
 def test_collective_permute():
@@ -277,12 +325,13 @@ def test_report_api():
     assert isinstance(r, CollectiveReport) and len(r) == 3
     assert r.kinds() == Counter({"all-reduce": 2, "all-gather": 1})
     assert r.total_bytes_per_device == sum(c.bytes_per_device for c in r) == 1536 + 3072 + 2048
-    assert "3 collectives" in r.summary() and "6,656" in r.summary()
+    assert "3 collectives" in r.summary() and "6,656 bytes (ring model)" in r.summary()
+    assert all(c.model == "ring" for c in r) and "(ring model)" in str(r[0])
     html = r._repr_html_()
     assert html.count("<tr>") == 4 and "all-gather" in html
     assert "f32[16,8] -&gt; f32[64,8]" in html
     text_form = str(r)
-    assert "bytes/device" in text_form and "all-reduce" in text_form and repr(r) == text_form
+    assert "bytes/device (model)" in text_form and "bytes/device (model)" in html and "all-reduce" in text_form and repr(r) == text_form
     assert len(r.of_kind("all-reduce")) == 2 and isinstance(r[1:], CollectiveReport)
     with pytest.raises(ValueError, match="kind"):
         r.of_kind("allreduce")
