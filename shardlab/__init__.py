@@ -30,7 +30,8 @@ __all__ = [
     "Explorer", "explorer", "sharding_explorer",
     # compiled code
     "collectives_in", "collectives_in_compiled", "collectives_in_text", "Collective", "CollectiveReport",
-    "bytes_all_gather", "bytes_reduce_scatter", "bytes_all_reduce", "bytes_all_to_all", "bytes_all_to_all_ring", "bytes_permute",
+    "bytes_all_gather", "bytes_reduce_scatter", "bytes_all_reduce", "bytes_all_to_all", "bytes_all_to_all_ring",
+    "bytes_permute",
     # collectives step by step
     "run_collective", "ring_steps", "collective_view", "draw_collective", "CollectiveRun", "RingSteps",
     # memory kinds
