@@ -5,8 +5,11 @@ The model is the residual MLP of the training chapter: ``layers`` blocks
 ``W2: (d_hidden, d_model)``, a mean-squared-error loss and a plain SGD update.
 For each strategy :func:`mlp_transfers` lists every collective one step needs
 (kind, buffer, group, forward or backward pass) and :func:`mlp_bytes` adds up
-what one device sends by the ring formulas of :mod:`shardlab.compiled`, so the
-chapter can put the analytic count next to the one read from compiled code.
+what one device sends under the ring model (the ring formulas of
+:mod:`shardlab.compiled`). The chapter applies the same model to the
+collectives read from compiled code: equal totals say that the compiler
+emitted the collectives expected here. :func:`mlp_flops` counts the matrix
+products of one step and :func:`mlp_memory` what one device holds.
 
 Strategies (``data`` and ``model`` are mesh axis sizes):
 
@@ -33,6 +36,7 @@ __all__ = [
     "mlp_transfers",
     "mlp_bytes",
     "mlp_memory",
+    "mlp_flops",
     "phase_of",
 ]
 
@@ -188,24 +192,53 @@ def mlp_bytes(strategy: str, sizes: MLPSizes, **options):
 
 def mlp_memory(strategy: str, sizes: MLPSizes, *, data: int = 1, model: int = 1, optimizer_states: int = 0,
                regather: bool = False) -> dict:
-    """Bytes one device holds for the model: parameters, gradients, optimizer state, gathered weights.
+    """Bytes one device holds for one step, modelled from the sizes.
 
-    ``optimizer_states``: arrays the optimizer keeps per parameter (0 for SGD,
-    1 for momentum, 2 for Adam), laid out like the parameters. ``gathered``
-    (FSDP only) is the whole weights a device holds while it computes: all of
-    them if kept from forward to backward, one block's if ``regather``.
-    Activations are not counted.
+    Keys: ``params``, ``grads``, ``optimizer`` (``optimizer_states`` arrays per
+    parameter: 0 for SGD, 1 for momentum, 2 for Adam, laid out like the
+    parameters), ``activations`` (kept from the forward pass for the backward
+    one: each block's input ``(rows, d_model)`` and hidden activation ``(rows,
+    d_hidden / model)``, ``rows = batch / data``) and ``gathered`` (FSDP only:
+    the whole weights a device holds while it computes, all of them if kept
+    from forward to backward). ``regather=True`` models FSDP with each block
+    rematerialised (``jax.checkpoint``): the weights are gathered one block at
+    a time, and only each block's input is kept for the backward pass.
     """
     _check_strategy(strategy, data, model)
     _check_sizes(sizes, data, model)
     if isinstance(optimizer_states, bool) or not isinstance(optimizer_states, int) or optimizer_states < 0:
         raise ValueError(f"optimizer_states must be a non-negative integer, got {optimizer_states!r}")
+    if not isinstance(regather, bool):
+        raise ValueError(f"regather must be True or False, got {regather!r}")
+    if regather and strategy != "fsdp":
+        raise ValueError(f"regather applies to strategy 'fsdp' only, got {strategy!r}")
     shards = {"dp": 1, "fsdp": data, "tp": model, "dp+tp": model}[strategy]
     params = sizes.param_bytes // shards
     gathered = 0
     if strategy == "fsdp" and data > 1:
         gathered = sizes.param_bytes // sizes.layers if regather else sizes.param_bytes
-    return {"params": params, "grads": params, "optimizer": optimizer_states * params, "gathered": gathered}
+    rows = sizes.batch // data
+    kept_width = sizes.d_model if regather else sizes.d_model + sizes.d_hidden // model
+    activations = sizes.layers * rows * kept_width * sizes.itemsize
+    return {"params": params, "grads": params, "optimizer": optimizer_states * params,
+            "activations": activations, "gathered": gathered}
+
+
+def mlp_flops(sizes: MLPSizes, *, data: int = 1, model: int = 1) -> int:
+    """Floating-point operations of one step's matrix products on one device (2 per multiply-add).
+
+    Forward: two products of ``2 * batch * d_model * d_hidden`` per block. Backward:
+    twice that (the gradients of the weights and of the block's input), less
+    the first block's input gradient, which nothing needs. The work divides
+    evenly over the ``data * model`` devices; element-wise work and the update
+    are left out.
+    """
+    _positive_int("data", data)
+    _positive_int("model", model)
+    _check_sizes(sizes, data, model)
+    per_product = 2 * sizes.batch * sizes.d_model * sizes.d_hidden
+    total = (6 * sizes.layers - 1) * per_product
+    return total // (data * model)
 
 
 _OP_NAME_RE = re.compile(r'op_name="([^"]*)"')

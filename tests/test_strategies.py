@@ -16,6 +16,7 @@ from shardlab.strategies import (  # noqa: E402
     MLPSizes,
     Transfer,
     mlp_bytes,
+    mlp_flops,
     mlp_memory,
     mlp_transfers,
     phase_of,
@@ -72,12 +73,31 @@ def test_one_device_moves_nothing():
 
 def test_memory():
     assert mlp_memory("dp", SIZES, data=8, optimizer_states=2) == {
-        "params": PARAMS, "grads": PARAMS, "optimizer": 2 * PARAMS, "gathered": 0}
+        "params": PARAMS, "grads": PARAMS, "optimizer": 2 * PARAMS,
+        "activations": 2 * 2 * (8 + 32) * 4, "gathered": 0}
     fsdp = mlp_memory("fsdp", SIZES, data=8)
     assert fsdp["params"] == PARAMS // 8 and fsdp["gathered"] == PARAMS
-    assert mlp_memory("fsdp", SIZES, data=8, regather=True)["gathered"] == PARAMS // 2
-    assert mlp_memory("tp", SIZES, model=4)["params"] == PARAMS // 4
-    assert mlp_memory("dp+tp", SIZES, data=2, model=4)["params"] == PARAMS // 4
+    regather = mlp_memory("fsdp", SIZES, data=8, regather=True)
+    assert regather["gathered"] == PARAMS // 2 and regather["activations"] == 2 * 2 * 8 * 4
+    tp = mlp_memory("tp", SIZES, model=4)
+    assert tp["params"] == PARAMS // 4 and tp["activations"] == 2 * 16 * (8 + 8) * 4
+    mix = mlp_memory("dp+tp", SIZES, data=2, model=4)
+    assert mix["params"] == PARAMS // 4 and mix["activations"] == 2 * 8 * (8 + 8) * 4
+
+
+def test_flops_count_the_matrix_products():
+    one = mlp_flops(SIZES)
+    assert one == (12 * 2 - 2) * 16 * 8 * 32
+    assert mlp_flops(SIZES, data=2, model=4) == one // 8
+
+
+def test_flops_against_cost_analysis():
+    # XLA counts every operation; the matrix products are most of it.
+    params = [{"w1": jnp.ones((8, 32)), "w2": jnp.ones((32, 8))}] * SIZES.layers
+    x = jnp.ones((SIZES.batch, SIZES.d_model))
+    cost = jax.jit(_step()).lower(params, x, x).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    assert mlp_flops(SIZES) <= cost["flops"] < 1.2 * mlp_flops(SIZES)
 
 
 @pytest.mark.parametrize("call, match", [
@@ -91,6 +111,9 @@ def test_memory():
     (lambda: mlp_transfers("fsdp", SIZES, data=2, regather=1), "regather"),
     (lambda: mlp_transfers("dp", (16, 8, 32, 2)), "sizes"),
     (lambda: mlp_memory("dp", SIZES, optimizer_states=-1), "optimizer_states"),
+    (lambda: mlp_memory("dp", SIZES, data=2, regather=True), "regather"),
+    (lambda: mlp_flops(SIZES, data=0), "data"),
+    (lambda: mlp_flops(SIZES, model=3), "d_hidden"),
     (lambda: MLPSizes(batch=0, d_model=8, d_hidden=32, layers=2), "batch"),
     (lambda: MLPSizes(batch=2, d_model=8, d_hidden=32, layers=True), "layers"),
 ])
@@ -158,3 +181,32 @@ def test_formulas_match_compiled_steps():
     reduction = "reduce-scatter" if fsdp.of_kind("reduce-scatter") else "all-reduce"
     assert fsdp.total_bytes_per_device == mlp_bytes("fsdp", SIZES, data=8, gradient_reduction=reduction)
     np.testing.assert_equal(fsdp.kinds()["all-gather"], 4)
+
+
+def test_fsdp_with_remat_gathers_again_in_the_backward_pass():
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,), devices=DEVICES)
+    whole = lambda w: jax.lax.with_sharding_constraint(w, NamedSharding(mesh, P()))
+
+    @jax.checkpoint
+    def block(b, x):
+        return x + jax.nn.relu(x @ whole(b["w1"])) @ whole(b["w2"])
+
+    def step(params, x, y):
+        def loss(p):
+            h = x
+            for b in p:
+                h = block(b, h)
+            return jnp.mean((h - y) ** 2)
+        value, grads = jax.value_and_grad(loss)(params)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), value
+
+    ws = [{"w1": NamedSharding(mesh, P("data")), "w2": NamedSharding(mesh, P("data"))}] * SIZES.layers
+    bs = NamedSharding(mesh, P("data"))
+    jitted = jax.jit(step, in_shardings=(ws, bs, bs), out_shardings=(ws, NamedSharding(mesh, P())))
+    params = [{"w1": jnp.ones((8, 32)), "w2": jnp.ones((32, 8))}] * SIZES.layers
+    x = jnp.ones((SIZES.batch, SIZES.d_model))
+    report = collectives_in(jitted, params, x, x)
+    assert [phase_of(c, report) for c in report.of_kind("all-gather")].count("backward") == 4
+    reduction = "reduce-scatter" if report.of_kind("reduce-scatter") else "all-reduce"
+    assert report.total_bytes_per_device == mlp_bytes("fsdp", SIZES, data=8, regather=True,
+                                                      gradient_reduction=reduction)
