@@ -26,8 +26,8 @@ from matplotlib.transforms import offset_copy
 
 from shardlab.layout import Layout, format_mesh, layout_of, tile_map, _normalise_mesh
 
-__all__ = ["PALETTE", "device_color", "draw_sharding", "draw_mesh", "Sheet", "sheet_for", "ShardFigure",
-           "png_bytes"]
+__all__ = ["PALETTE", "device_color", "draw_sharding", "draw_mesh", "draw_links", "physical_links", "hops",
+           "Sheet", "sheet_for", "ShardFigure", "png_bytes"]
 
 # tab20 reordered: ids 0-9 get the ten tab10 colours, ids 10-19 their lighter twins; then it repeats.
 _TAB20 = ['#1f77b4', '#aec7e8', '#ff7f0e', '#ffbb78', '#2ca02c', '#98df8a', '#d62728', '#ff9896',
@@ -766,3 +766,132 @@ def draw_mesh(mesh, *, ax=None, title: str | None = None, device_ids=None, figsi
         return _sheet_in(ax).draw(layout, title=title, kind="mesh")
     fig = ShardFigure(figsize=figsize or _auto_figsize(_View(layout, "mesh")), dpi=dpi)
     return sheet_for(fig).draw(layout, title=title, kind="mesh")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Physical links: where the chips of a mesh sit, and which mesh neighbours are joined by a direct link
+
+
+def _chip_coords(device) -> tuple[int, ...]:
+    coords = getattr(device, "coords", None)
+    if coords is None:
+        raise ValueError(f"device {getattr(device, 'id', device)!r} has no coords: only TPU devices (or stand-ins "
+                         "carrying coords) know where their chip sits")
+    return tuple(int(c) for c in coords)
+
+
+def hops(a, b) -> int:
+    """Direct links between the chips of devices ``a`` and ``b`` on a grid without wrap-around (0: same chip)."""
+    return sum(abs(p - q) for p, q in zip(_chip_coords(a), _chip_coords(b)))
+
+
+def physical_links(devices) -> list[tuple[int, int]]:
+    """Pairs of device ids (smaller first, sorted) whose chips are one direct link apart, or on one chip.
+
+    Devices are anything with ``id`` and ``coords`` (TPU devices; the book's stand-ins). The grid is taken
+    without wrap-around links, as on a TPU board; a torus's closing links are not listed.
+    """
+    devs = list(devices)
+    return sorted((min(a.id, b.id), max(a.id, b.id)) for i, a in enumerate(devs) for b in devs[i + 1:]
+                  if hops(a, b) <= 1)
+
+
+def _axis_groups(mesh, axis: str) -> list[list]:
+    names = tuple(mesh.axis_names)
+    if axis not in names:
+        raise ValueError(f"axis: {axis!r} is not an axis of the mesh (axes {names})")
+    arr = np.moveaxis(np.asarray(mesh.devices), names.index(axis), -1)
+    return [list(row) for row in arr.reshape(-1, arr.shape[-1])]
+
+
+def draw_links(mesh, axis: str, *, ax=None, title: str | None = None, figsize=None, dpi: float = 100) -> Figure:
+    """The chips of a mesh at their physical places, their direct links, and the groups along one mesh axis.
+
+    Each device is a square in the book's colour for its id, inside its chip (a chip with several cores
+    holds several squares); grey bars are the direct links between neighbouring chips. The devices of each
+    group along ``axis`` (those that take part in one collective over that axis) are joined in mesh order:
+    a solid black line where the step is a direct link (or stays on one chip), a red dashed arc where it
+    crosses several links. The devices must carry ``coords`` (TPU devices, or stand-ins with ``id`` and
+    ``coords``); a third coordinate places chips in side-by-side planes.
+    """
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    devs = list(np.asarray(mesh.devices).flat)
+    groups = _axis_groups(mesh, axis)
+    coords = {d.id: _chip_coords(d) for d in devs}
+    dims = max(len(c) for c in coords.values())
+    full = {i: c + (0,) * (3 - len(c)) for i, c in coords.items()}
+    width = max(c[0] for c in full.values()) + 1
+
+    def chip_xy(c):
+        return (c[0] + c[2] * (width + 0.6), c[1])
+
+    cores: dict[tuple, list] = {}
+    for d in sorted(devs, key=lambda d: (getattr(d, "core_on_chip", 0), d.id)):
+        cores.setdefault(full[d.id], []).append(d)
+    centre = {}
+    size = 0.62
+    for chip, on_chip in cores.items():
+        cx, cy = chip_xy(chip)
+        w = size / len(on_chip)
+        for k, d in enumerate(on_chip):
+            centre[d.id] = (cx - size / 2 + w * (k + 0.5), cy)
+
+    if ax is None:
+        xs = [chip_xy(c)[0] for c in cores]
+        ys = [chip_xy(c)[1] for c in cores]
+        # Whole tenths of an inch: a figure of a fractional pixel size does not render to a buffer.
+        fig = ShardFigure(figsize=figsize or (round(max(3.2, 1.15 * (max(xs) - min(xs) + 1) + 0.6), 1),
+                                              round(max(2.2, 1.15 * (max(ys) - min(ys) + 1) + 0.7), 1)),
+                          dpi=dpi)
+        ax = fig.add_subplot()
+    fig = ax.figure
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+
+    chips = list(cores)
+    for i, a in enumerate(chips):           # direct links between neighbouring chips
+        for b in chips[i + 1:]:
+            if sum(abs(p - q) for p, q in zip(a, b)) == 1:
+                (x0, y0), (x1, y1) = chip_xy(a), chip_xy(b)
+                ax.plot([x0, x1], [y0, y1], color="#c8c8c8", lw=7, solid_capstyle="butt", zorder=1)
+    for chip, on_chip in cores.items():
+        cx, cy = chip_xy(chip)
+        pad = 0.07
+        ax.add_patch(Rectangle((cx - size / 2 - pad, cy - size / 2 - pad), size + 2 * pad, size + 2 * pad,
+                               facecolor="white", edgecolor="#555555", lw=1.2, zorder=2))
+        for d in on_chip:
+            x, y = centre[d.id]
+            w = size / len(on_chip)
+            rgb = to_rgb(device_color(d.id))
+            ax.add_patch(Rectangle((x - w / 2, y - size / 2), w, size, facecolor=rgb, edgecolor="white",
+                                   lw=1, zorder=3))
+            dark = _luminance(np.array(rgb) * 255) < 0.55
+            ax.text(x, y - size / 2 + 0.04, str(d.id), ha="center", va="top", fontsize=10, zorder=6,
+                    color="white" if dark else "black", fontweight="bold")
+
+    steps = direct = 0
+    for g, group in enumerate(groups):      # the groups along the mesh axis, in mesh order
+        for a, b in zip(group, group[1:]):
+            steps += 1
+            near = hops(a, b) <= 1
+            direct += near
+            rad = 0.0 if near else 0.18 + 0.1 * (g % 4)
+            (xa, ya), (xb, yb) = centre[a.id], centre[b.id]
+            ax.add_patch(FancyArrowPatch((xa, ya + 0.08), (xb, yb + 0.08), connectionstyle=f"arc3,rad={rad}",
+                                         arrowstyle="-", color="black" if near else "#d62728",
+                                         lw=2.4 if near else 1.8, linestyle="-" if near else (0, (4, 3)),
+                                         zorder=5, shrinkA=4, shrinkB=4))
+    all_x = [p[0] for p in centre.values()]
+    all_y = [p[1] for p in centre.values()]
+    ax.set_xlim(min(all_x) - 0.65, max(all_x) + 0.65)
+    ax.set_ylim(max(all_y) + 0.65, min(all_y) - 0.65)   # first row of chips at the top
+    if dims == 3 and len({c[2] for c in full.values()}) > 1:
+        for z in sorted({c[2] for c in full.values()}):
+            ax.text(z * (width + 0.6) + (width - 1) / 2, min(all_y) - 0.5, f"z = {z}", ha="center",
+                    fontsize=9, color="#555555")
+    if title is None:
+        title = (f"groups along {axis!r}: {direct} of {steps} steps are direct links"
+                 if steps else f"groups along {axis!r}: one device each")
+    ax.set_title(title, fontsize=10)
+    return fig

@@ -198,3 +198,77 @@ def test_subtitle_wraps_to_a_narrow_panel():
     draw_sharding(lay, ax=narrow, title="one of three")
     lines = lambda f: max(t.get_text().count("\n") + 1 for t in f.texts if "mesh {x: 2, y: 4}" in t.get_text())
     assert lines(wide) == 1 and lines(fig) >= 2
+
+
+# --- draw_links: chips at their coords, direct links, groups along a mesh axis ----------------------------
+
+from dataclasses import dataclass  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+from shardlab.draw import draw_links, hops, physical_links  # noqa: E402
+
+
+@dataclass(eq=False, frozen=True)
+class _StandIn:
+    id: int
+    coords: tuple
+    core_on_chip: int = 0
+
+
+def _board_4x2():
+    """Eight chips in a grid four wide, numbered row by row (a TPU v5e board)."""
+    return [_StandIn(i, (i % 4, i // 4, 0)) for i in range(8)]
+
+
+def _mesh(devs, order, shape, names):
+    return SimpleNamespace(devices=np.array([devs[i] for i in order], dtype=object).reshape(shape),
+                           axis_names=names)
+
+
+def test_physical_links_of_a_grid_without_wraparound():
+    devs = _board_4x2()
+    links = physical_links(devs)
+    assert len(links) == 3 * 2 + 4          # three per row, one per column
+    assert (0, 1) in links and (0, 4) in links and (3, 7) in links
+    assert (0, 3) not in links and (0, 5) not in links
+    assert hops(devs[0], devs[7]) == 4 and hops(devs[2], devs[2]) == 0
+
+
+def test_cores_of_one_chip_count_as_linked():
+    devs = [_StandIn(i, ((i // 2) % 2, i // 4, 0), i % 2) for i in range(8)]
+    assert (0, 1) in physical_links(devs) and hops(devs[0], devs[1]) == 0
+    assert (0, 2) in physical_links(devs)   # chips side by side
+    assert (0, 6) not in physical_links(devs)
+
+
+def test_draw_links_counts_direct_steps_per_axis():
+    devs = _board_4x2()
+    ring = _mesh(devs, [0, 1, 2, 3, 7, 6, 5, 4], (2, 4), ("x", "y"))
+    fig_y = draw_links(ring, "y")
+    assert fig_y.axes[0].get_title() == "groups along 'y': 6 of 6 steps are direct links"
+    fig_x = draw_links(ring, "x")
+    assert fig_x.axes[0].get_title() == "groups along 'x': 0 of 4 steps are direct links"
+    grid = _mesh(devs, range(8), (2, 4), ("x", "y"))
+    assert draw_links(grid, "x").axes[0].get_title() == "groups along 'x': 4 of 4 steps are direct links"
+    texts = sorted(t.get_text() for t in fig_y.axes[0].texts)
+    assert texts == sorted(str(i) for i in range(8))
+    assert png_bytes(fig_x).startswith(b"\x89PNG")
+
+
+def test_draw_links_draws_into_a_given_axes_and_a_third_coordinate():
+    devs = [_StandIn(i, (i % 2, (i // 2) % 2, i // 4)) for i in range(8)]
+    fig = ShardFigure(figsize=(8, 3))
+    left, right = fig.subplots(1, 2)
+    m = _mesh(devs, range(8), (2, 2, 2), ("a", "b", "c"))
+    assert draw_links(m, "a", ax=left, title="T") is fig
+    assert left.get_title() == "T"
+    assert any(t.get_text() == "z = 1" for t in left.texts)
+
+
+def test_draw_links_refuses_devices_without_coords_and_unknown_axes():
+    plain = SimpleNamespace(devices=np.array([SimpleNamespace(id=0), SimpleNamespace(id=1)], dtype=object),
+                            axis_names=("x",))
+    with pytest.raises(ValueError, match="no coords"):
+        draw_links(plain, "x")
+    with pytest.raises(ValueError, match="not an axis"):
+        draw_links(_mesh(_board_4x2(), range(8), (8,), ("x",)), "y")
