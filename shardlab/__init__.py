@@ -9,7 +9,7 @@ communication model of training strategies).
 from shardlab.devices import setup_devices
 from shardlab.exercises import check
 from shardlab.layout import Layout, layout_of, tile_map
-from shardlab.draw import PALETTE, ShardFigure, device_color, draw_mesh, draw_sharding
+from shardlab.draw import PALETTE, ShardFigure, device_color, draw_links, draw_mesh, draw_sharding, hops, physical_links
 from shardlab.explore import Explorer, explorer, sharding_explorer
 from shardlab.compiled import (Collective, CollectiveReport, bytes_all_gather, bytes_all_reduce, bytes_all_to_all,
                                bytes_permute, bytes_reduce_scatter, collectives_in, collectives_in_compiled,
@@ -26,6 +26,7 @@ __all__ = [
     "setup_devices", "check",
     # layouts and their pictures
     "Layout", "tile_map", "layout_of", "PALETTE", "device_color", "draw_sharding", "draw_mesh", "ShardFigure",
+    "draw_links", "physical_links", "hops",
     # explorers
     "Explorer", "explorer", "sharding_explorer",
     # compiled code

@@ -30,14 +30,14 @@ def _same(answer, expected, rtol: float | None) -> bool:
 
 
 def check(answer: Any, expected: Any, *, hint: str = "", run: Callable[[Any], Any] | None = None,
-          rtol: float | None = None) -> bool:
+          rtol: float | None = None) -> None:
     """Say whether ``answer`` equals ``expected``; raise ``AssertionError`` with the hint if not.
 
     Sets compare as sets, arrays element by element (within ``rtol`` when it is given), anything else
     with ``==``. For an exercise whose answer is code, ``run`` turns the answer into the value to
     compare (for example ``run=lambda f: f(x)``). An answer that is still ``...`` is not judged: the
-    cell says so and returns ``False``, so the rest of the notebook still runs. Returns ``True`` when
-    the answer is right. The message never repeats the answer, so a hidden answer cell gives nothing away.
+    cell says so and raises nothing, so the rest of the notebook still runs. The message never repeats
+    the answer, so a hidden answer cell gives nothing away. Returns ``None`` (a cell shows only the message).
     """
     if not isinstance(hint, str):
         raise ValueError(f"check: hint must be a string, got {type(hint).__name__}")
@@ -47,11 +47,10 @@ def check(answer: Any, expected: Any, *, hint: str = "", run: Callable[[Any], An
         raise ValueError(f"check: rtol must be a number >= 0 or None, got {rtol!r}")
     if answer is Ellipsis:
         print("Not answered yet: write your answer in place of the ... above, run that cell, then this one.")
-        return False
+        return
     value = run(answer) if run is not None else answer
     if not _same(value, expected, rtol):
         shown = "your code gave" if run is not None else "your answer was"
         message = f"Not yet: {shown} {value!r}."
         raise AssertionError(f"{message} Hint: {hint}" if hint else message)
     print("Correct.")
-    return True
