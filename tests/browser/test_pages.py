@@ -9,10 +9,11 @@ import pytest
 import yaml
 
 from tests.browser.conftest import HTML, SCREENSHOTS, book_pages
-from tests.paths import CHAPTERS, ROOT
+from tests.paths import CHAPTERS, NUMBERED, ROOT
 
 PAGES = book_pages()
 CHAPTER_PAGES = [HTML / "notebooks" / f"{md.stem}.html" for md in CHAPTERS]
+EXERCISE_PAGES = [HTML / "notebooks" / f"{md.stem}.html" for md in NUMBERED]
 PAGE_LIMIT_BYTES = 3 * 1024 * 1024
 
 
@@ -118,3 +119,16 @@ def test_launch_buttons_open_the_chapter_notebook(path):
     assert f"https://colab.research.google.com/github/{blob}" in links
     assert any(re.fullmatch(r"https://www\.kaggle\.com/kernels/welcome\?src=https://github\.com/" + re.escape(blob), h)
                for h in links), f"no Kaggle link to {blob} on {rel(path)}"
+
+
+@pytest.mark.parametrize("path", EXERCISE_PAGES, ids=rel)
+def test_exercise_answers_stay_hidden_until_asked_for(path, visit):
+    v = visit(path)
+    answers = v.page.locator(".cell:has(pre:has-text('@title Answer'))")
+    assert answers.count() > 0, f"{rel(path)}: no answer cells on the page"
+    for i in range(answers.count()):
+        cell = answers.nth(i)
+        code = cell.locator("pre", has_text="@title Answer").first
+        assert not code.is_visible(), f"answer {i} on {rel(path)} is shown before the reader asks"
+        cell.locator("summary").first.click()  # the reader asks: "Show code cell source"
+        assert code.is_visible(), f"answer {i} on {rel(path)} does not open when asked for"
