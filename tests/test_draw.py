@@ -216,7 +216,7 @@ class _StandIn:
 
 
 def _board_4x2():
-    """Eight chips in a grid four wide, numbered row by row (a TPU v5e board)."""
+    """Eight chips in a grid four wide, numbered row by row."""
     return [_StandIn(i, (i % 4, i // 4, 0)) for i in range(8)]
 
 
