@@ -1,9 +1,9 @@
 """shardlab: the helper package of the book 'Parallelism in JAX'.
 
 Device set-up, sharding layouts and their pictures, explorers that work live
-and on the published page, the collectives read from compiled code, and the
-small machinery some chapters need (memory kinds, local processes, the
-communication model of training strategies).
+and on the published page, the collectives read from compiled code and the
+ring model of what they send, and the small machinery some chapters need
+(memory kinds, local processes, the communication model of training strategies).
 """
 
 from shardlab.devices import setup_devices
@@ -11,10 +11,9 @@ from shardlab.exercises import check
 from shardlab.layout import Layout, layout_of, tile_map
 from shardlab.draw import PALETTE, ShardFigure, device_color, draw_links, draw_mesh, draw_sharding, hops, physical_links
 from shardlab.explore import Explorer, explorer, sharding_explorer
-from shardlab.compiled import (Collective, CollectiveReport, bytes_all_gather, bytes_all_reduce, bytes_all_to_all,
-                               bytes_permute, bytes_reduce_scatter, collectives_in, collectives_in_compiled,
-                               collectives_in_text)
-from shardlab.compiled import bytes_all_to_all_ring
+from shardlab.compiled import Collective, CollectiveReport, collectives_in, collectives_in_compiled, collectives_in_text
+from shardlab.cost_model import (bytes_all_gather, bytes_all_reduce, bytes_all_to_all, bytes_all_to_all_ring,
+                                 bytes_permute, bytes_reduce_scatter)
 from shardlab.collectives import (CollectiveRun, RingSteps, collective_view, draw_collective, ring_steps,
                                   run_collective)
 from shardlab.memory import has_memory_kind, memory_kinds, memory_placements, missing_memory_kind
@@ -31,6 +30,7 @@ __all__ = [
     "Explorer", "explorer", "sharding_explorer",
     # compiled code
     "collectives_in", "collectives_in_compiled", "collectives_in_text", "Collective", "CollectiveReport",
+    # the ring model
     "bytes_all_gather", "bytes_reduce_scatter", "bytes_all_reduce", "bytes_all_to_all", "bytes_all_to_all_ring",
     "bytes_permute",
     # collectives step by step

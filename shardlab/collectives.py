@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardlab.compiled import (
+from shardlab.cost_model import (
     bytes_all_gather,
     bytes_all_reduce,
     bytes_all_to_all,
@@ -133,7 +133,7 @@ class CollectiveRun:
     position ``p`` (``device_ids[p]``); ``before_origins``/``after_origins``
     hold, per element, a bit mask of the positions whose values it came from.
     ``bytes_per_device`` is modelled, not measured: what each device sends by
-    the formulas of ``shardlab.compiled`` (the ring model, ``bytes_all_reduce``
+    the formulas of ``shardlab.cost_model`` (the ring model, ``bytes_all_reduce``
     and friends; for ``all_to_all`` a direct exchange, ``bytes_all_to_all``).
     """
 

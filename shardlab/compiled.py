@@ -3,21 +3,10 @@
 ``collectives_in(f, *args)`` compiles ``f`` for the example arguments and reads
 every collective out of ``.compile().as_text()``: its kind, the shapes it takes
 and gives, the groups of devices that talk to each other. Those are *read from
-compiled code*. The bytes each device sends are *modelled*: the ring model
-(the bandwidth-optimal ring algorithms, ``bytes_all_gather`` and friends, also
-public) applied to the shapes read. Nothing here measures traffic; the model
-says what the algorithm needs, not what a given runtime or network moves.
-
-The ring model per kind, for ``n`` devices in a group: all-gather sends
-``(n-1)/n`` of the result, reduce-scatter ``(n-1)/n`` of the operand,
-all-reduce ``2(n-1)/n`` of the operand, collective-permute the whole operand.
-All-to-all is the exception: ``bytes_all_to_all`` counts a *direct exchange*
-(every device linked to every other), ``(n-1)/n`` of the operand, which is what
-leaves the device. On a ring, pieces are forwarded through the devices between
-sender and receiver, and ``bytes_all_to_all_ring`` counts that: about ``n/4``
-times as much on a bidirectional ring (a quarter to a third of an all-gather
-of the same operand) and ``(n-1)/2`` of the operand on a one-way ring (half of
-that all-gather). Reports use the direct-exchange count for all-to-all and say so.
+compiled code*. The bytes each device sends are *modelled*: the ring model of
+:mod:`shardlab.cost_model` applied to the shapes read. Nothing here measures
+traffic; the model says what the algorithm needs, not what a given runtime or
+network moves. Reports use the direct-exchange count for all-to-all and say so.
 
 Group members are *positions* in the executable's device assignment (what HLO
 calls replica or partition ids), not ``Device.id``; ``CollectiveReport.device_ids``
@@ -38,6 +27,9 @@ from fractions import Fraction
 
 import numpy as np
 
+from shardlab.cost_model import (_number, bytes_all_gather, bytes_all_reduce, bytes_all_to_all, bytes_permute,
+                                 bytes_reduce_scatter)
+
 __all__ = [
     "KINDS",
     "Collective",
@@ -45,12 +37,6 @@ __all__ = [
     "collectives_in",
     "collectives_in_compiled",
     "collectives_in_text",
-    "bytes_all_gather",
-    "bytes_reduce_scatter",
-    "bytes_all_reduce",
-    "bytes_all_to_all",
-    "bytes_all_to_all_ring",
-    "bytes_permute",
 ]
 
 #: The collective kinds the reader recognises, as HLO names them.
@@ -65,107 +51,6 @@ _BITS = {
     "f8e4m3b11fnuz": 8, "f8e5m2fnuz": 8, "f8e4m3fnuz": 8, "f8e3m4": 8,
     "token": 0,
 }
-
-
-# --------------------------------------------------------------------------
-# The model: bytes one device sends, ring algorithms (all-to-all: direct exchange).
-# --------------------------------------------------------------------------
-
-def _check_formula_args(name: str, nbytes, n) -> None:
-    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float, np.integer, np.floating, Fraction)) \
-            or not nbytes >= 0:
-        raise ValueError(f"{name}: nbytes must be a non-negative number of bytes, got {nbytes!r}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"{name}: n must be a positive integer number of devices in the group, got {n!r}")
-
-
-def _number(x: Fraction | float):
-    # An int when the count of bytes is whole (the usual case), else a float.
-    if isinstance(x, Fraction):
-        return int(x) if x.denominator == 1 else float(x)
-    return int(x) if float(x).is_integer() else float(x)
-
-
-def _fraction(nbytes) -> Fraction:
-    return Fraction(nbytes) if not isinstance(nbytes, float) else Fraction(nbytes).limit_denominator(1 << 20)
-
-
-def bytes_all_gather(result_nbytes, n: int):
-    """Bytes one device sends in a ring all-gather over ``n`` devices: ``(n-1)/n * result_nbytes``.
-
-    ``result_nbytes`` is the size of the gathered (whole) result on one device.
-    In each of the ring's ``n - 1`` steps a device passes one ``1/n`` piece to
-    its neighbour: first its own, then each piece it has just received.
-    """
-    _check_formula_args("bytes_all_gather", result_nbytes, n)
-    return _number(_fraction(result_nbytes) * (n - 1) / n)
-
-
-def bytes_reduce_scatter(operand_nbytes, n: int):
-    """Bytes one device sends in a ring reduce-scatter over ``n`` devices: ``(n-1)/n * operand_nbytes``.
-
-    ``operand_nbytes`` is the size of the full buffer each device contributes;
-    each of the ``n - 1`` steps passes one ``1/n`` piece of partial sums on.
-    """
-    _check_formula_args("bytes_reduce_scatter", operand_nbytes, n)
-    return _number(_fraction(operand_nbytes) * (n - 1) / n)
-
-
-def bytes_all_reduce(nbytes, n: int):
-    """Bytes one device sends in a ring all-reduce over ``n`` devices: ``2(n-1)/n * nbytes``.
-
-    A ring all-reduce is a reduce-scatter followed by an all-gather of the
-    reduced pieces, so it sends twice ``(n-1)/n`` of the buffer.
-    """
-    _check_formula_args("bytes_all_reduce", nbytes, n)
-    return _number(_fraction(nbytes) * 2 * (n - 1) / n)
-
-
-def bytes_all_to_all(nbytes, n: int):
-    """Bytes one device sends in an all-to-all over ``n`` devices, direct exchange: ``(n-1)/n * nbytes``.
-
-    The buffer is cut into ``n`` pieces; one stays, the other ``n - 1`` go to
-    one peer each. This counts what leaves the device when every device has a
-    link to every other (a fully connected exchange), not a ring: on a ring the
-    pieces are forwarded, see :func:`bytes_all_to_all_ring`.
-    """
-    _check_formula_args("bytes_all_to_all", nbytes, n)
-    return _number(_fraction(nbytes) * (n - 1) / n)
-
-
-def bytes_all_to_all_ring(nbytes, n: int, *, bidirectional: bool = True):
-    """Bytes one device sends in an all-to-all over a ring of ``n`` devices, forwarding included.
-
-    The piece for the device ``k`` places away travels ``k`` hops on a one-way
-    ring, ``min(k, n - k)`` on a bidirectional one, and every hop is a send. Summed
-    over the ``n - 1`` pieces of size ``nbytes / n`` (every device does the same,
-    so the forwarding one device does for others equals its own pieces' extra hops)::
-
-        one-way:        nbytes/n * sum(k for k in 1..n-1)           = (n-1)/2 * nbytes
-        bidirectional:  nbytes/n * sum(min(k, n-k) for k in 1..n-1)  = n/4 * nbytes (n even),
-                                                                      (n*n-1)/(4n) * nbytes (n odd)
-
-    An all-gather of the same ``nbytes`` per device sends ``(n-1) * nbytes``, so
-    the ring all-to-all costs half of it one-way and ``n/(4(n-1))`` of it
-    bidirectionally (a quarter to a third for ``n >= 3``).
-    """
-    _check_formula_args("bytes_all_to_all_ring", nbytes, n)
-    if not isinstance(bidirectional, (bool, np.bool_)):
-        raise ValueError(f"bytes_all_to_all_ring: bidirectional must be True or False, got {bidirectional!r}")
-    hops = sum(min(k, n - k) if bidirectional else k for k in range(1, n))
-    return _number(_fraction(nbytes) * hops / n)
-
-
-def bytes_permute(nbytes, sends: bool = True):
-    """Bytes one device sends in a collective-permute: the whole buffer if it sends, else 0.
-
-    ``sends`` says whether the device sends to a *different* device (a pair
-    ``{i,i}`` keeps the buffer where it is and moves nothing).
-    """
-    _check_formula_args("bytes_permute", nbytes, 1)
-    if not isinstance(sends, (bool, np.bool_)):
-        raise ValueError(f"bytes_permute: sends must be True or False, got {sends!r}")
-    return _number(_fraction(nbytes)) if sends else 0
 
 
 # --------------------------------------------------------------------------

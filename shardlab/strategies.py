@@ -6,7 +6,7 @@ The model is the residual MLP of the training chapter: ``layers`` blocks
 For each strategy :func:`mlp_transfers` lists every collective one step needs
 (kind, buffer, group, forward or backward pass) and :func:`mlp_bytes` adds up
 what one device sends under the ring model (the ring formulas of
-:mod:`shardlab.compiled`). The chapter applies the same model to the
+:mod:`shardlab.cost_model`). The chapter applies the same model to the
 collectives read from compiled code: equal totals say that the compiler
 emitted the collectives expected here. :func:`mlp_flops` counts the matrix
 products of one step and :func:`mlp_memory` what one device holds.
@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from shardlab.compiled import bytes_all_gather, bytes_all_reduce, bytes_reduce_scatter
+from shardlab.cost_model import bytes_all_gather, bytes_all_reduce, bytes_reduce_scatter
 
 __all__ = [
     "STRATEGIES",

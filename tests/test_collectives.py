@@ -15,7 +15,7 @@ from shardlab.collectives import (  # noqa: E402
     ring_steps,
     run_collective,
 )
-from shardlab.compiled import (  # noqa: E402
+from shardlab.cost_model import (  # noqa: E402
     bytes_all_gather,
     bytes_all_reduce,
     bytes_all_to_all,

@@ -1,4 +1,5 @@
-"""shardlab.compiled: collectives read from HLO text (hand-written) and from real compiled programs."""
+"""shardlab.compiled and its ring model (shardlab.cost_model): collectives read from HLO text
+(hand-written) and from real compiled programs, and the bytes the model gives them."""
 
 import shardlab
 
@@ -15,15 +16,17 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 from shardlab.compiled import (  # noqa: E402
     KINDS,
     CollectiveReport,
+    collectives_in,
+    collectives_in_compiled,
+    collectives_in_text,
+)
+from shardlab.cost_model import (  # noqa: E402
     bytes_all_gather,
     bytes_all_reduce,
     bytes_all_to_all,
     bytes_all_to_all_ring,
     bytes_permute,
     bytes_reduce_scatter,
-    collectives_in,
-    collectives_in_compiled,
-    collectives_in_text,
 )
 
 ADD = """add {
