@@ -12,8 +12,8 @@ from shardlab.layout import Layout, layout_of, tile_map
 from shardlab.draw import PALETTE, ShardFigure, device_color, draw_links, draw_mesh, draw_sharding, hops, physical_links
 from shardlab.explore import Explorer, explorer, sharding_explorer
 from shardlab.compiled import Collective, CollectiveReport, collectives_in, collectives_in_compiled, collectives_in_text
-from shardlab.cost_model import (bytes_all_gather, bytes_all_reduce, bytes_all_to_all, bytes_all_to_all_ring,
-                                 bytes_permute, bytes_reduce_scatter)
+from shardlab.cost_model import (CHIPS, Chip, bytes_all_gather, bytes_all_reduce, bytes_all_to_all,
+                                 bytes_all_to_all_ring, bytes_permute, bytes_reduce_scatter, step_time)
 from shardlab.collectives import (CollectiveRun, RingSteps, collective_view, draw_collective, ring_steps,
                                   run_collective)
 from shardlab.memory import has_memory_kind, memory_kinds, memory_placements, missing_memory_kind
@@ -30,9 +30,9 @@ __all__ = [
     "Explorer", "explorer", "sharding_explorer",
     # compiled code
     "collectives_in", "collectives_in_compiled", "collectives_in_text", "Collective", "CollectiveReport",
-    # the ring model
+    # the cost model: ring-model bytes, published chip figures, modelled time
     "bytes_all_gather", "bytes_reduce_scatter", "bytes_all_reduce", "bytes_all_to_all", "bytes_all_to_all_ring",
-    "bytes_permute",
+    "bytes_permute", "Chip", "CHIPS", "step_time",
     # collectives step by step
     "run_collective", "ring_steps", "collective_view", "draw_collective", "CollectiveRun", "RingSteps",
     # memory kinds

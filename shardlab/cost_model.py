@@ -14,10 +14,15 @@ pieces are forwarded through the devices between sender and receiver, and
 ``bytes_all_to_all_ring`` counts that: about ``n/4`` times the operand on a
 bidirectional ring (a quarter to a third of an all-gather of the same operand)
 and ``(n-1)/2`` times it on a one-way ring (half of that all-gather).
+
+Bytes are not time. ``CHIPS`` holds published figures of TPU chips (bfloat16
+peak, HBM, ICI bandwidth per link) and ``step_time`` turns a step's flops and
+modelled bytes into modelled compute and communication times on one of them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -29,6 +34,10 @@ __all__ = [
     "bytes_all_to_all",
     "bytes_all_to_all_ring",
     "bytes_permute",
+    "Chip",
+    "CHIPS",
+    "CHIP_SOURCE",
+    "step_time",
 ]
 
 
@@ -127,3 +136,88 @@ def bytes_permute(nbytes, sends: bool = True):
     if not isinstance(sends, (bool, np.bool_)):
         raise ValueError(f"bytes_permute: sends must be True or False, got {sends!r}")
     return _number(_fraction(nbytes)) if sends else 0
+
+
+# --------------------------------------------------------------------------
+# From bytes and flops to time: published chip figures.
+# --------------------------------------------------------------------------
+
+#: Where the chip figures come from (the TPU chapter of the scaling book, "TPU Specs").
+CHIP_SOURCE = "How to Scale Your Model, 'All About TPUs': https://jax-ml.github.io/scaling-book/tpus/"
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One accelerator chip's published figures, the inputs of the time model.
+
+    ``peak_flops``: bfloat16 FLOP/s; ``hbm_bytes``: memory capacity; ``hbm_bandwidth``:
+    bytes/s between HBM and the cores; ``link_bandwidth``: bytes/s over one ICI link in
+    one direction; ``torus_dims``: 2 or 3, so a chip has ``2 * torus_dims`` links to
+    its neighbours. Published figures, not measured by this package.
+    """
+
+    name: str
+    peak_flops: float
+    hbm_bytes: float
+    hbm_bandwidth: float
+    link_bandwidth: float
+    torus_dims: int
+
+    @property
+    def links(self) -> int:
+        """Links from one chip to its neighbours (two per torus dimension)."""
+        return 2 * self.torus_dims
+
+    def critical_intensity(self, links: int = 1) -> float:
+        """Flops per byte sent at which compute time equals communication time over ``links`` links."""
+        _check_links(links, self)
+        return self.peak_flops / (links * self.link_bandwidth)
+
+
+#: Published figures per chip (bfloat16 peak, HBM, ICI one way per link), from ``CHIP_SOURCE``.
+CHIPS = {
+    "TPU v4p": Chip("TPU v4p", peak_flops=2.75e14, hbm_bytes=32e9, hbm_bandwidth=1.2e12, link_bandwidth=4.5e10,
+                    torus_dims=3),
+    "TPU v5p": Chip("TPU v5p", peak_flops=4.59e14, hbm_bytes=96e9, hbm_bandwidth=2.8e12, link_bandwidth=9e10,
+                    torus_dims=3),
+    "TPU v5e": Chip("TPU v5e", peak_flops=1.97e14, hbm_bytes=16e9, hbm_bandwidth=8.1e11, link_bandwidth=4.5e10,
+                    torus_dims=2),
+    "TPU v6e": Chip("TPU v6e", peak_flops=9.2e14, hbm_bytes=32e9, hbm_bandwidth=1.6e12, link_bandwidth=9e10,
+                    torus_dims=2),
+}
+
+
+def _check_links(links, chip: Chip) -> None:
+    if isinstance(links, bool) or not isinstance(links, (int, np.integer)) or not 1 <= links <= chip.links:
+        raise ValueError(f"links must be an integer from 1 to {chip.links} (the links of a {chip.name} chip), "
+                         f"got {links!r}")
+
+
+def _chip(chip) -> Chip:
+    if isinstance(chip, Chip):
+        return chip
+    if chip in CHIPS:
+        return CHIPS[chip]
+    raise ValueError(f"chip must be a Chip or one of {sorted(CHIPS)}, got {chip!r}")
+
+
+def step_time(flops, nbytes, chip, *, links: int = 1) -> dict:
+    """Modelled time of a step on one chip: compute, communication, and which one bounds it.
+
+    ``flops``: floating-point operations one chip performs; ``nbytes``: bytes it sends
+    (a ring-model count); ``links``: ICI links it sends them over at once (1 for a
+    one-way ring, 2 for a bidirectional one). ``compute = flops / peak_flops`` and
+    ``comm = nbytes / (links * link_bandwidth)``; with perfect overlap the step takes
+    their maximum (``overlapped``), with none their sum (``serial``). A model of the
+    chip at its published peak: real steps are slower.
+    """
+    chip = _chip(chip)
+    for name, value in (("flops", flops), ("nbytes", nbytes)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating, Fraction)) \
+                or not value >= 0:
+            raise ValueError(f"step_time: {name} must be a non-negative number, got {value!r}")
+    _check_links(links, chip)
+    compute = float(flops) / chip.peak_flops
+    comm = float(nbytes) / (links * chip.link_bandwidth)
+    return {"compute": compute, "comm": comm, "overlapped": max(compute, comm), "serial": compute + comm,
+            "bound": "communication" if comm > compute else "compute"}
