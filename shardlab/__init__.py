@@ -14,6 +14,8 @@ from shardlab.explore import Explorer, explorer, sharding_explorer
 from shardlab.compiled import Collective, CollectiveReport, collectives_in, collectives_in_compiled, collectives_in_text
 from shardlab.cost_model import (CHIPS, Chip, bytes_all_gather, bytes_all_reduce, bytes_all_to_all,
                                  bytes_all_to_all_ring, bytes_permute, bytes_reduce_scatter, step_time)
+from shardlab.targets import (HERE, TARGETS, CompiledProgram, ProgramMemory, Target, TPUCompilerUnavailable,
+                              compile_for, compiling_for_tpu, target_devices, target_mesh, tpu_compiler_missing)
 from shardlab.collectives import (CollectiveRun, RingSteps, collective_view, draw_collective, ring_steps,
                                   run_collective)
 from shardlab.memory import has_memory_kind, memory_kinds, memory_placements, missing_memory_kind
@@ -33,6 +35,9 @@ __all__ = [
     # the cost model: ring-model bytes, published chip figures, modelled time
     "bytes_all_gather", "bytes_reduce_scatter", "bytes_all_reduce", "bytes_all_to_all", "bytes_all_to_all_ring",
     "bytes_permute", "Chip", "CHIPS", "step_time",
+    # compile targets: here, or a TPU slice compiled for ahead of time
+    "Target", "TARGETS", "HERE", "target_devices", "target_mesh", "compile_for", "CompiledProgram",
+    "ProgramMemory", "compiling_for_tpu", "tpu_compiler_missing", "TPUCompilerUnavailable",
     # collectives step by step
     "run_collective", "ring_steps", "collective_view", "draw_collective", "CollectiveRun", "RingSteps",
     # memory kinds

@@ -411,7 +411,10 @@ class Collective:
             pairs = [f"{s}\u2192{t}" for s, t in sorted(self.source_target_pairs or [])]
             shown = ", ".join(pairs[:2 * limit]) + (", \u2026" if len(pairs) > 2 * limit else "")
             return f"{len(pairs)} pairs: {shown}"
-        groups = ["{" + ",".join(map(str, g)) + "}" for g in self.replica_groups]
+        def members(g):   # a pod's groups have hundreds of members: the first three and the last
+            return ",".join(map(str, g)) if len(g) <= 8 else ",".join(map(str, g[:3])) + f",\u2026,{g[-1]}"
+
+        groups = ["{" + members(g) + "}" for g in self.replica_groups]
         shown = " ".join(groups[:limit]) + (" \u2026" if len(groups) > limit else "")
         many = "group" if len(groups) == 1 else "groups"
         return f"{len(groups)} {many} of {self.group_size}: {shown}"
@@ -653,11 +656,23 @@ def collectives_in_text(hlo_text: str, *, num_devices: int | None = None, device
     return CollectiveReport(found, num_devices=num_devices, device_ids=device_ids, hlo_text=hlo_text)
 
 
-def _assignment(compiled) -> list[int] | None:
+def _device_assignment(compiled) -> list | None:
+    """The devices a jitted program's partitions run on, in partition order (the order replica groups index)."""
+    import jax
+
+    for sharding in jax.tree.leaves((compiled.input_shardings, compiled.output_shardings)):
+        devices = getattr(sharding, "_device_assignment", None)   # jit takes its assignment from the shardings
+        if devices:
+            return list(devices)
     try:
-        return [d.id for d in compiled.runtime_executable().local_devices()]
-    except Exception:  # noqa: BLE001 - not every executable exposes its devices
+        return list(compiled.runtime_executable().local_devices())
+    except Exception:  # noqa: BLE001 - a program compiled ahead of time for a TPU has no runtime devices
         return None
+
+
+def _assignment(compiled) -> list[int] | None:
+    devices = _device_assignment(compiled)
+    return [d.id for d in devices] if devices else None
 
 
 def collectives_in_compiled(compiled) -> CollectiveReport:

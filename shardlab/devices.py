@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import jax
 
+from shardlab.targets import quiet_libtpu
+
 DEFAULT_DEVICE_COUNT = 8
 
 
@@ -51,7 +53,8 @@ def setup_devices(n: int = DEFAULT_DEVICE_COUNT) -> list:
 
     # Harmless when an accelerator is present: it only sizes the CPU backend.
     jax.config.update("jax_num_cpu_devices", n)
-    found = jax.devices()
+    with quiet_libtpu():                # libtpu's start-up warnings where there is no TPU
+        found = jax.devices()
     platform = found[0].platform
     if platform == "cpu":
         print(f"No accelerator found: using {n} simulated CPU devices.")

@@ -31,9 +31,29 @@ def test_the_lock_satisfies_every_range():
 
 
 def test_the_oldest_run_takes_the_floor_of_jax():
-    (jax_req,) = [Requirement(line) for line in _lines("requirements.txt") if Requirement(line).name == "jax"]
+    jax_reqs = [Requirement(line) for line in _lines("requirements.txt") if Requirement(line).name == "jax"]
+    assert len({str(r.specifier) for r in jax_reqs}) == 1, \
+        f"requirements.txt gives jax and jax[tpu] different ranges: {[str(r) for r in jax_reqs]}"
+    jax_req = jax_reqs[0]
     floor = [s.version for s in jax_req.specifier if s.operator == ">="]
     assert floor, "requirements.txt must give JAX a lower bound (>=)"
     pins = _pins("constraints-oldest.txt")
     assert pins == {"jax": floor[0], "jaxlib": floor[0]}, \
         f"constraints-oldest.txt must pin jax and jaxlib to {floor[0]}, the floor in requirements.txt"
+
+
+def test_libtpu_is_the_one_jax_pairs_with():
+    # jax[tpu] names the libtpu its compiler was built against; another one may not load.
+    import platform
+    import sys
+    from importlib.metadata import requires, version
+
+    if not (sys.platform == "linux" and platform.machine() == "x86_64"):
+        return      # requirements.txt installs libtpu on Linux x86-64 only: nothing here to pair
+    (wanted,) = [Requirement(r.split(";")[0]) for r in requires("jax") if r.startswith("libtpu")]
+    assert wanted.specifier.contains(version("libtpu")), \
+        f"libtpu {version('libtpu')} is installed, but jax {version('jax')} pairs with {wanted}"
+    pins = _pins("requirements-lock.txt")
+    if pins["jax"] == version("jax"):       # the book's build (the oldest run installs from ranges)
+        assert "libtpu" in pins and wanted.specifier.contains(pins["libtpu"]), \
+            f"requirements-lock.txt pins libtpu=={pins.get('libtpu')}, but jax {pins['jax']} pairs with {wanted}"

@@ -1,0 +1,270 @@
+"""Compile targets: the chapter's own devices, or a real TPU topology compiled for ahead of time.
+
+With ``libtpu`` installed (``pip install "jax[tpu]"``, Linux x86-64 only), XLA's TPU compiler runs on a
+machine with no TPU: ``jax.experimental.topologies.get_topology_desc`` describes the devices of a named
+TPU slice (ids, chip coordinates, cores), ``jax.make_mesh`` orders them as it would on that slice, and
+``jax.jit(f).lower(...).compile()`` on abstract inputs sharded over that mesh returns XLA:TPU's program
+for it. Nothing runs: the program is read (collectives, memory per chip, flops), never executed.
+
+Where libtpu is missing, :func:`compiling_for_tpu` turns the cell into one printed line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from shardlab.compiled import CollectiveReport, _device_assignment, collectives_in_compiled
+from shardlab.cost_model import CHIPS, Chip
+
+
+@dataclass(frozen=True)
+class Target:
+    """A named TPU slice: its topology name (for ``get_topology_desc``), its chip, and where readers meet it.
+
+    ``host_bounds``: the chips one host holds, as x, y, z (``None``: libtpu's default for the chip, 2 x 2 x 1).
+    A single-host slice names its own, so that all its devices belong to process 0.
+    """
+
+    name: str
+    topology: str
+    chip: Chip
+    where: str
+    host_bounds: tuple[int, int, int] | None = None
+
+    @property
+    def num_chips(self) -> int:
+        n = 1
+        for size in self.topology.split(":")[1].split("x"):
+            n *= int(size)
+        return n
+
+
+#: The TPU slices the book compiles for.
+TARGETS = {t.name: t for t in (
+    Target("v5e-1", "v5e:1x1", CHIPS["TPU v5e"], "Colab's TPU runtime: one v5e chip", (1, 1, 1)),
+    Target("v5e-8", "v5e:2x4", CHIPS["TPU v5e"], "Kaggle's TPU runtime: one host with 8 v5e chips", (2, 4, 1)),
+    Target("v5e-256", "v5e:16x16", CHIPS["TPU v5e"], "a full v5e pod: 16 x 16 chips, 4 per host"),
+    Target("v5p-8", "v5p:2x2x2", CHIPS["TPU v5p"], "the smallest v5p slice: 2 x 2 x 2 chips, 4 per host"),
+    Target("v5p-64", "v5p:4x4x4", CHIPS["TPU v5p"], "a v5p slice of 4 x 4 x 4 chips, 4 per host"),
+    Target("v6e-8", "v6e:2x4", CHIPS["TPU v6e"], "one host with 8 v6e (Trillium) chips", (2, 4, 1)),
+)}
+
+#: The chapter's own devices (simulated CPU devices, or the accelerators ``setup_devices`` found).
+HERE = "here"
+
+
+class TPUCompilerUnavailable(RuntimeError):
+    """libtpu, XLA's TPU compiler, cannot be loaded in this Python: TPU programs cannot be compiled."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# libtpu started on a machine without a TPU writes warnings about unset TPU environment variables straight
+# to the process's stderr (file descriptor 2), which a notebook shows. They say nothing about compiling.
+
+_LIBTPU_NOISE = re.compile(r"could not determine TPU|Logging before InitGoogle|Source Location Trace"
+                           r"|^learning/|libtpu_init_utils|^\s*$")
+
+
+@contextmanager
+def quiet_libtpu():
+    """Run the block with file descriptor 2 captured; pass on every line but libtpu's start-up warnings."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):      # no descriptor 2 to capture: nothing to hide
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().decode(errors="replace").splitlines()
+                    if not _LIBTPU_NOISE.search(line)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr)
+
+
+@lru_cache(maxsize=None)
+def _topology_devices(target: Target) -> tuple:
+    from jax.experimental import topologies
+
+    extra = {} if target.host_bounds is None else {"chips_per_host_bounds": list(target.host_bounds)}
+    with quiet_libtpu():
+        return tuple(topologies.get_topology_desc(topology_name=target.topology, platform="tpu", **extra).devices)
+
+
+def tpu_compiler_missing() -> str | None:
+    """``None`` when TPU programs can be compiled here; otherwise one line saying why not."""
+    try:
+        _topology_devices(TARGETS["v5e-8"])
+    except Exception as e:  # noqa: BLE001 - any failure to load libtpu means the same to the reader
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if "not installed" in first:
+            return ('No TPU compiler here: libtpu is not installed (pip install "jax[tpu]", Linux x86-64 '
+                    "only), so this TPU cell is skipped.")
+        return f"No TPU compiler here ({type(e).__name__}: {first[:160]}), so this TPU cell is skipped."
+    return None
+
+
+@contextmanager
+def compiling_for_tpu():
+    """Wrap a cell that compiles for a TPU: where libtpu is missing, it prints one line and stops there.
+
+    Only :class:`TPUCompilerUnavailable` (raised by :func:`target_devices` and :func:`target_mesh`) is
+    caught; every other error propagates.
+    """
+    try:
+        yield
+    except TPUCompilerUnavailable as e:
+        print(e)
+
+
+def _target(target) -> Target | str:
+    if isinstance(target, Target) or target == HERE:
+        return target
+    if isinstance(target, str) and target in TARGETS:
+        return TARGETS[target]
+    raise ValueError(f"target must be {HERE!r}, a Target, or one of {list(TARGETS)}, got {target!r}")
+
+
+def target_devices(target) -> list:
+    """The devices of ``target``: ``"here"`` (the chapter's devices) or a TPU slice named in ``TARGETS``.
+
+    A TPU slice's devices are compile-only descriptions from libtpu: they carry ``id``, ``coords``,
+    ``core_on_chip`` and ``device_kind`` like real TPU devices, but hold no memory. Raises
+    :class:`TPUCompilerUnavailable` with a one-line reason where libtpu cannot be loaded.
+    """
+    t = _target(target)
+    if t == HERE:
+        import jax
+
+        return list(jax.devices())
+    missing = tpu_compiler_missing()
+    if missing:
+        raise TPUCompilerUnavailable(missing)
+    return list(_topology_devices(t))
+
+
+def target_mesh(target, axis_sizes, axis_names, *, axis_types=None):
+    """``jax.make_mesh(axis_sizes, axis_names, devices=target_devices(target))``: the order JAX picks there.
+
+    ``axis_types`` defaults to ``Auto`` on every axis. ``make_mesh`` may refuse a shape for a topology
+    (its error is JAX's, unchanged).
+    """
+    import jax
+    from jax.sharding import AxisType
+
+    if not isinstance(axis_sizes, (tuple, list)) or not all(isinstance(s, int) and s > 0 for s in axis_sizes):
+        raise ValueError(f"target_mesh: axis_sizes must be a tuple of positive integers, got {axis_sizes!r}")
+    if not isinstance(axis_names, (tuple, list)) or len(axis_names) != len(axis_sizes) \
+            or not all(isinstance(a, str) for a in axis_names):
+        raise ValueError(f"target_mesh: axis_names must be a tuple of {len(axis_sizes)} strings (one per size), "
+                         f"got {axis_names!r}")
+    devices = target_devices(target)
+    if axis_types is None:
+        axis_types = (AxisType.Auto,) * len(axis_sizes)
+    n = 1
+    for s in axis_sizes:
+        n *= s
+    if target == HERE:
+        devices = devices[:n]
+    return jax.make_mesh(tuple(axis_sizes), tuple(axis_names), devices=devices, axis_types=tuple(axis_types))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A compiled program and what it reports about itself
+
+
+@dataclass(frozen=True)
+class ProgramMemory:
+    """``memory_analysis()`` of one device's program, in bytes (what XLA reports, not a model)."""
+
+    arguments: int
+    outputs: int
+    temporaries: int
+    aliased: int
+    code: int
+
+    @property
+    def peak(self) -> int:
+        """Arguments, outputs and temporaries, less outputs that reuse an argument's buffer."""
+        return self.arguments + self.outputs + self.temporaries - self.aliased
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    """A program compiled for a target, read: its collectives, memory per device, flops and bytes."""
+
+    target: str
+    compiled: object = field(repr=False)
+    compile_seconds: float
+    collectives: CollectiveReport = field(repr=False)
+    memory: ProgramMemory
+    flops: float
+    bytes_accessed: float
+
+    @property
+    def text(self) -> str:
+        """The compiled HLO text."""
+        return self.compiled.as_text()
+
+    def summary(self) -> str:
+        mib = 2 ** 20
+        return (f"{self.target}: {len(self.collectives)} collective(s) "
+                f"({', '.join(f'{k} x{v}' for k, v in sorted(self.collectives.kinds().items())) or 'none'}); "
+                f"memory per device {self.memory.peak / mib:,.2f} MiB "
+                f"(arguments {self.memory.arguments / mib:,.2f}, outputs {self.memory.outputs / mib:,.2f}, "
+                f"temporaries {self.memory.temporaries / mib:,.2f}); {self.flops:,.0f} flops per device")
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def _describe(devices) -> str:
+    d = devices[0]
+    kind = d.platform.upper() if d.platform == "cpu" else d.device_kind
+    return f"{kind} x{len(devices)}"
+
+
+def _cost(compiled) -> dict:
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):          # older JAX: one dict per program
+        cost = cost[0] if cost else {}
+    return cost or {}
+
+
+def compile_for(f, *args, **kwargs) -> CompiledProgram:
+    """Compile ``f`` for the devices its arguments are sharded over, and read the program.
+
+    ``args`` are ``jax.ShapeDtypeStruct`` with a ``NamedSharding`` over a mesh of
+    :func:`target_mesh` (or arrays); ``f`` is a function or a jitted one (its shardings count).
+    Nothing runs: the compiled program's collectives (:func:`collectives_in_compiled`),
+    ``memory_analysis()`` and ``cost_analysis()`` are read. The compile time is measured.
+    """
+    import jax
+
+    if not callable(f):
+        raise ValueError(f"compile_for: f must be a function (or a jitted one), got {type(f).__name__}")
+    jitted = f if hasattr(f, "lower") else jax.jit(f)
+    start = time.perf_counter()
+    compiled = jitted.lower(*args, **kwargs).compile()
+    seconds = time.perf_counter() - start
+    devices = _device_assignment(compiled) or []
+    stats = compiled.memory_analysis()
+    memory = ProgramMemory(stats.argument_size_in_bytes, stats.output_size_in_bytes, stats.temp_size_in_bytes,
+                           stats.alias_size_in_bytes, stats.generated_code_size_in_bytes)
+    cost = _cost(compiled)
+    return CompiledProgram(target=_describe(devices) if devices else "?", compiled=compiled,
+                           compile_seconds=seconds, collectives=collectives_in_compiled(compiled), memory=memory,
+                           flops=float(cost.get("flops", 0.0)), bytes_accessed=float(cost.get("bytes accessed", 0.0)))
