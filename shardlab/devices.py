@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import jax
 
-from shardlab.targets import quiet_libtpu
+from shardlab.targets import quiet_libtpu, share_libtpu
 
 DEFAULT_DEVICE_COUNT = 8
 
@@ -53,6 +53,7 @@ def setup_devices(n: int = DEFAULT_DEVICE_COUNT) -> list:
 
     # Harmless when an accelerator is present: it only sizes the CPU backend.
     jax.config.update("jax_num_cpu_devices", n)
+    share_libtpu()                      # several notebooks may compile for a TPU at once
     with quiet_libtpu():                # libtpu's start-up warnings where there is no TPU
         found = jax.devices()
     platform = found[0].platform

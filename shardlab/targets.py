@@ -69,7 +69,25 @@ class TPUCompilerUnavailable(RuntimeError):
 # to the process's stderr (file descriptor 2), which a notebook shows. They say nothing about compiling.
 
 _LIBTPU_NOISE = re.compile(r"could not determine TPU|Logging before InitGoogle|Source Location Trace"
-                           r"|^learning/|libtpu_init_utils|^\s*$")
+                           r"|^learning/|libtpu_init_utils|ALLOW_MULTIPLE_LIBTPU_LOAD is set|^\s*$")
+
+
+def share_libtpu() -> None:
+    """Let several processes load libtpu where this machine has no TPU chip to guard.
+
+    libtpu takes a lock file (/tmp/libtpu_lockfile) so that one process owns a host's TPU chips; a second
+    process, e.g. another notebook compiling for a TPU, would fail to load it. With no chip here there is
+    nothing to own, and libtpu's own switch ``ALLOW_MULTIPLE_LIBTPU_LOAD`` lifts the lock. On a TPU host
+    nothing changes. Must run before libtpu loads (``setup_devices`` calls it).
+    """
+    try:
+        from jax._src import hardware_utils   # private, in every JAX the book admits
+
+        chips = hardware_utils.num_available_tpu_chips_and_device_id()[0]
+    except Exception:  # noqa: BLE001 - if JAX cannot tell, leave libtpu's lock as it is
+        return
+    if chips == 0:
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
 @contextmanager
@@ -100,6 +118,7 @@ def _topology_devices(target: Target) -> tuple:
     from jax.experimental import topologies
 
     extra = {} if target.host_bounds is None else {"chips_per_host_bounds": list(target.host_bounds)}
+    share_libtpu()
     with quiet_libtpu():
         return tuple(topologies.get_topology_desc(topology_name=target.topology, platform="tpu", **extra).devices)
 
