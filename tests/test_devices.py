@@ -22,6 +22,7 @@ def test_no_accelerator_gives_simulated_cpu_devices():
         print("OK", len(devs))
     """)
     assert r.returncode == 0, r.stderr
+    assert r.stderr == "", f"libtpu's start-up warnings (or others) reached the reader: {r.stderr}"
     assert "simulated CPU devices" in r.stdout and "OK 8" in r.stdout
     assert r.stdout.count("simulated") == 1
 
