@@ -145,6 +145,8 @@ class _Instr:
 
 
 _COMMENT_RE = re.compile(r"/\*.*?\*/")
+# A computation's first line: "%name (params) -> result {" (or "ENTRY %name ...").
+_COMPUTATION_RE = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*(.+?)\s*\{\s*$")
 _HEAD_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*")
 
 
@@ -582,7 +584,9 @@ def collectives_in_text(hlo_text: str, *, num_devices: int | None = None, device
     ``num_devices`` is needed only when a group is written ``replica_groups={}``
     (all devices) and the text has no ``HloModule`` header giving
     ``num_partitions``. ``device_ids`` (optional) maps positions to ``Device.id``.
-    Asynchronous pairs (``all-gather-start``/``-done``) count once, by their start.
+    Asynchronous pairs (``all-gather-start``/``-done``) count once, by their start; so does a
+    collective XLA:TPU copies into the fused computations that overlap it with other work. XLA:TPU's
+    ``all-reduce-scatter`` fusion (an all-reduce and a slice) is read as the reduce-scatter it is.
     """
     if not isinstance(hlo_text, str):
         raise ValueError(f"collectives_in_text: hlo_text must be a string of HLO, got {type(hlo_text).__name__}")
@@ -592,14 +596,28 @@ def collectives_in_text(hlo_text: str, *, num_devices: int | None = None, device
     if num_devices is None:
         num_devices = _header_devices(hlo_text)
 
-    instrs = []
+    instrs, home, computations = [], {}, {}
+    comp = None
     for raw in hlo_text.splitlines():
         line = _COMMENT_RE.sub("", raw)
+        if (head := _COMPUTATION_RE.match(line)) is not None:
+            comp = head.group(1)
+            computations[comp] = {"result": head.group(2), "root_target": None}
+            continue
         if "=" not in line:
             continue
         ins = _parse_instruction(line)
         if ins is not None:
             instrs.append(ins)
+            home[id(ins)] = comp
+            if comp is not None and line.lstrip().startswith("ROOT") and \
+                    (target := re.search(r'custom_call_target="(\w+)"', ins.attrs)):
+                computations[comp]["root_target"] = target.group(1)
+    # XLA:TPU wraps an overlapped collective in three fused computations (start, work, done), each
+    # holding a copy of it: the one under AsyncCollectiveStart is counted, as asynchronous; the others not.
+    copies = {c for c, info in computations.items()
+              if info["root_target"] == "AsyncCollectiveDone" or c.startswith("async_collective_fusion")}
+    starts = {c for c, info in computations.items() if info["root_target"] == "AsyncCollectiveStart"}
     shapes = {i.name: i.shape for i in instrs}
     done_shape = {}
     for i in instrs:
@@ -609,8 +627,11 @@ def collectives_in_text(hlo_text: str, *, num_devices: int | None = None, device
     found = []
     for ins in instrs:
         kind, is_async = _kind_of(ins.opcode)
-        if kind is None:
+        if kind is None or home.get(id(ins)) in copies:
             continue
+        is_async = is_async or home.get(id(ins)) in starts
+        # XLA:TPU's reduce-scatter: an all-reduce and a slice fused into a computation of that name.
+        fused_scatter = kind == "all-reduce" and (home.get(id(ins)) or "").startswith("all-reduce-scatter")
         pairs = _source_target_pairs(ins.attrs) if kind == "collective-permute" else None
         groups = [] if kind == "collective-permute" else _replica_groups(ins.attrs, num_devices)
         if groups is None:
@@ -628,6 +649,9 @@ def collectives_in_text(hlo_text: str, *, num_devices: int | None = None, device
             results = _flat(ins.shape[1])
         elif is_async and kind == "collective-permute" and isinstance(ins.shape, tuple):
             results = _flat(ins.shape[1])
+        elif fused_scatter:
+            results = _flat(_parse_shape(computations[home[id(ins)]]["result"]))
+            kind = "reduce-scatter"
         else:
             results = _flat(ins.shape)
         operand_arrays = [s if s is not None else shapes.get(name) for name, s in ins.operands]

@@ -119,3 +119,27 @@ def test_two_processes_compile_for_a_tpu_at_once():
     outs = [p.communicate(timeout=120) for p in procs]
     assert [o.splitlines()[-1] for o, _ in outs] == ["8", "8"], outs
     assert [e for _, e in outs] == ["", ""], "libtpu's start-up warnings reached the reader"
+
+
+def test_xla_tpu_fusions_of_collectives_are_read_once_and_as_what_they_do():
+    # An all-gather overlapped with a matrix product: XLA:TPU copies it into three fused computations.
+    mesh = shardlab.target_mesh("v5e-8", (4,), ("x",))
+
+    def body(a, w):
+        return jax.lax.all_gather(a, "x", tiled=True, to="invarying"), jax.lax.psum(a @ w, "x")
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P()), out_specs=(P(), P())))
+    prog = shardlab.compile_for(f, sds(mesh, (512, 1024), P("x"), jnp.bfloat16),
+                                sds(mesh, (1024, 1024), P(), jnp.bfloat16))
+    assert prog.text.count("all-gather(") >= 2, "no overlapped copies of the all-gather: the test proves nothing"
+    assert sorted(prog.collectives.kinds().items()) == [("all-gather", 1), ("all-reduce", 1)]
+    assert prog.collectives.of_kind("all-gather")[0].is_async
+
+    # A product whose output is cut where its contraction was: one reduce-scatter, fused from two ops.
+    mesh = shardlab.target_mesh("v5e-8", (2, 4), ("data", "model"))
+    g = jax.jit(lambda x, w: x @ w, out_shardings=NamedSharding(mesh, P("data", "model")))
+    prog = shardlab.compile_for(g, sds(mesh, (2048, 8192), P("data", "model")), sds(mesh, (8192, 8192), P("model")))
+    assert "all-reduce-scatter" in prog.text
+    (c,) = prog.collectives
+    assert c.kind == "reduce-scatter" and c.operand_shapes == ((1024, 8192),) and c.result_shapes == ((1024, 2048),)
+    assert c.bytes_per_device == shardlab.bytes_reduce_scatter(1024 * 8192 * 4, 4)
