@@ -1,5 +1,6 @@
 """A chapter run the way a Colab or Kaggle user runs it: the .ipynb alone, in an environment that has
-only JAX and Jupyter, where the first cell must install the helper package itself."""
+only JAX and Jupyter, where the first cell must install the helper package itself (and where no libtpu
+is installed, so its TPU cells must each print one line and let the chapter go on)."""
 
 import os
 import shutil
@@ -50,3 +51,10 @@ def test_chapter_installs_what_it_needs_in_a_bare_environment(tmp_path):
     assert all(c["execution_count"] for c in code), "every cell ran"
     assert "simulated CPU devices" in "".join(o.get("text", "") for o in code[0]["outputs"])
     sh(python, "-c", "import shardlab", cwd=tmp_path)  # the first cell installed it
+
+    # Plain `pip install jax` brings no libtpu: every cell that compiles for a TPU says so in one line.
+    tpu_cells = [c for c in code if "compiling_for_tpu()" in c["source"]]
+    assert tpu_cells, f"{CHAPTER.name} has no TPU cell to check"
+    for c in tpu_cells:
+        text = "".join(o.get("text", "") for o in c["outputs"])
+        assert text.count("\n") == 1 and text.startswith("No TPU compiler here"), (c["source"], text)
