@@ -132,3 +132,11 @@ def test_exercise_answers_stay_hidden_until_asked_for(path, visit):
         assert not code.is_visible(), f"answer {i} on {rel(path)} is shown before the reader asks"
         cell.locator("summary").first.click()  # the reader asks: "Show code cell source"
         assert code.is_visible(), f"answer {i} on {rel(path)} does not open when asked for"
+
+
+@pytest.mark.parametrize("path", CHAPTER_PAGES, ids=rel)
+def test_published_pages_show_their_tpu_programs(path):
+    # The book is built where libtpu is installed: a TPU cell that printed its one-line skip (libtpu
+    # missing, or refused to load) would publish a page without the programs its prose describes.
+    text = path.read_text(encoding="utf-8")
+    assert "No TPU compiler here" not in text, f"{rel(path)} was built with a TPU cell skipped"
