@@ -1,5 +1,7 @@
 """Every chapter executed top to bottom; each success is kept for the book build to reuse."""
 
+import importlib.util
+
 import nbformat
 import pytest
 from jupyter_cache import get_cache
@@ -11,6 +13,10 @@ from tests.paths import CACHE, CHAPTERS, EXECUTED, HAND_TO_BOOK
 @pytest.mark.parametrize("md", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_chapter_executes(md):
     nb = execute(read_chapter(md), cwd=md.parent)
+    if importlib.util.find_spec("libtpu") is not None:   # here every TPU cell must compile, not skip
+        skipped = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "code"
+                   and any("No TPU compiler here" in o.get("text", "") for o in c.get("outputs", []))]
+        assert skipped == [], f"TPU cells skipped although libtpu is installed: {skipped}"
     # The book build reuses this execution only if it hashes like the chapter it reads itself.
     cache = get_cache(str(CACHE))
     assert cache.create_hashed_notebook(nb)[1] == cache.create_hashed_notebook(read_chapter(md))[1]
