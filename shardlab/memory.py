@@ -124,7 +124,8 @@ class Placement:
     ``where``: "input 0", "output 1", or the instruction ("%3 = annotate_device_placement(%2)").
     ``shape``: its type as the text writes it (``tensor<4x8xf32>`` lowered, ``f32[2,2]`` compiled:
     compiled shapes are per device). ``memory``: the memory kind (lowered text) or, in compiled
-    text, ``"host"`` for XLA memory space 5, ``"device"`` for the default space, ``"S(n)"`` otherwise.
+    text, ``"host"`` for XLA memory space 5, ``"device"`` for the default space, ``"S(n)"`` otherwise;
+    for an asynchronous copy (``copy-start``), ``"<destination> from <source>"``.
     ``evidence``: the fragment of the text that says so (in compiled text, the layout).
     """
 
@@ -276,7 +277,12 @@ def _compiled_placements(text: str) -> list[Placement]:
         if not (is_move or spaces):
             continue
         what = f"{mi.group(1)} = {target.group(1) if is_move else opcode}"
-        found.append(Placement(what, _bare_shape(shape), _space_name(shape),
+        memory = _space_name(shape)
+        if opcode == "copy-start" and shape.startswith("("):
+            # (destination, source, context): say the direction, not the union of the spaces.
+            dest, src = _split_top(shape[1:-1])[:2]
+            memory = f"{_space_name(dest)} from {_space_name(src)}"
+        found.append(Placement(what, _bare_shape(shape), memory,
                                f'custom_call_target="{target.group(1)}"' if is_move else shape))
     return found
 
