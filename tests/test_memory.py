@@ -92,7 +92,7 @@ COMPILED = '''HloModule jit_f, is_scheduled=true, entry_computation_layout={(f32
 ENTRY %main (param: f32[2,2], p1: f32[]) -> (f32[2,2], f32[8]) {
   %param = f32[2,2]{1,0} parameter(0), sharding={devices=[2,4]<=[8]}
   %move = f32[2,2]{1,0} custom-call(%param), custom_call_target="MoveToDevice"
-  %copy-start = (f32[8]{0}, f32[8]{0:S(5)}, u32[]) copy-start(%x)
+  %copy-start = (f32[8]{0:S(5)}, f32[8]{0}, u32[]) copy-start(%x)
   %copy-done = f32[8]{0:S(5)} copy-done(%copy-start)
   ROOT %t = (f32[2,2]{1,0}, f32[8]{0:S(5)}) tuple(%move, %copy-done)
 }
@@ -128,7 +128,7 @@ def test_compiled_text_layouts_and_moves():
         ("output 0", "f32[2,2]", "device"),
         ("output 1", "f32[8]", "host"),
         ("%move = MoveToDevice", "f32[2,2]", "device"),
-        ("%copy-start = copy-start", "(f32[8], f32[8], u32[])", "host"),
+        ("%copy-start = copy-start", "(f32[8], f32[8], u32[])", "host from device"),
         ("%copy-done = copy-done", "f32[8]", "host"),
         ("%t = tuple", "(f32[2,2], f32[8])", "host"),
     ]
