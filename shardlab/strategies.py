@@ -11,6 +11,13 @@ collectives read from compiled code: equal totals say that the compiler
 emitted the collectives expected here. :func:`mlp_flops` counts the matrix
 products of one step and :func:`mlp_memory` what one device holds.
 
+From bytes and flops to time: :func:`step_times` turns each pass's flops and
+modelled bytes into modelled compute and communication times on a chip
+(:func:`shardlab.cost_model.step_time`, published chip figures), assuming a
+pass's communication can hide only behind that pass's arithmetic and the mesh
+axes send over links of their own; :func:`compute_bound_from` solves for the
+batch (or hidden width) from which every pass is compute-bound.
+
 Strategies (``data`` and ``model`` are mesh axis sizes):
 
 * ``"dp"``: batch split over ``data``, weights replicated; gradients all-reduced.
@@ -27,7 +34,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from shardlab.cost_model import bytes_all_gather, bytes_all_reduce, bytes_reduce_scatter
+import math
+
+from shardlab.cost_model import bytes_all_gather, bytes_all_reduce, bytes_reduce_scatter, step_time
 
 __all__ = [
     "STRATEGIES",
@@ -37,8 +46,14 @@ __all__ = [
     "mlp_bytes",
     "mlp_memory",
     "mlp_flops",
+    "mlp_pass_flops",
+    "step_times",
+    "compute_bound_from",
     "phase_of",
 ]
+
+#: The two passes of a training step, in the order they run.
+PASSES = ("forward", "backward")
 
 #: The strategy names :func:`mlp_transfers` and :func:`mlp_memory` understand.
 STRATEGIES = ("dp", "fsdp", "tp", "dp+tp")
@@ -91,6 +106,7 @@ class Transfer:
 
     ``nbytes`` is the buffer the ring formula is applied to: the operand of an
     all-reduce or reduce-scatter, the (gathered) result of an all-gather.
+    ``axis`` is the mesh axis it runs over, ``"data"`` or ``"model"``.
     """
 
     kind: str
@@ -98,6 +114,7 @@ class Transfer:
     nbytes: int
     group_size: int
     phase: str
+    axis: str = "data"
 
     @property
     def bytes_per_device(self):
@@ -161,9 +178,9 @@ def mlp_transfers(strategy: str, sizes: MLPSizes, *, data: int = 1, model: int =
         # the gradient of each block's input likewise (backward), except the first block's, whose
         # input is the data, which needs no gradient.
         act = sizes.activation_bytes(sizes.batch // data)
-        out += [Transfer("all-reduce", f"output of block {i}", act, model, "forward")
+        out += [Transfer("all-reduce", f"output of block {i}", act, model, "forward", "model")
                 for i in range(sizes.layers)]
-        out += [Transfer("all-reduce", f"gradient of the input of block {i}", act, model, "backward")
+        out += [Transfer("all-reduce", f"gradient of the input of block {i}", act, model, "backward", "model")
                 for i in range(sizes.layers - 1, 0, -1)]
 
     if data > 1:
@@ -241,6 +258,100 @@ def mlp_flops(sizes: MLPSizes, *, data: int = 1, model: int = 1) -> int:
     return total // (data * model)
 
 
+def mlp_pass_flops(sizes: MLPSizes, *, data: int = 1, model: int = 1) -> dict:
+    """:func:`mlp_flops` split by pass: ``{"forward": ..., "backward": ...}`` on one device.
+
+    Forward: ``4 * layers * batch * d_model * d_hidden``; backward: twice that, less the
+    first block's input gradient (``2 * batch * d_model * d_hidden``). Their sum is
+    :func:`mlp_flops`.
+    """
+    total = mlp_flops(sizes, data=data, model=model)
+    forward = 2 * sizes.layers * 2 * sizes.batch * sizes.d_model * sizes.d_hidden // (data * model)
+    return {"forward": forward, "backward": total - forward}
+
+
+def _links(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer number of links, got {value!r}")
+    return value
+
+
+def step_times(strategy: str, sizes: MLPSizes, chip, *, data: int = 1, model: int = 1, data_links: int = 2,
+               model_links: int = 2, **options) -> dict:
+    """Modelled time of one training step on one chip, pass by pass: compute, communication, bound.
+
+    Each pass's flops (:func:`mlp_pass_flops`) take ``flops / peak`` seconds; each
+    mesh axis's modelled bytes in that pass (:func:`mlp_transfers`, same ``options``)
+    take ``bytes / (links * link_bandwidth)`` (:func:`shardlab.cost_model.step_time`),
+    the ``data`` axis over ``data_links`` links and the ``model`` axis over
+    ``model_links`` of its own (2: both directions of one torus axis, as a
+    bidirectional ring uses them). Assumptions, as in the scaling book's training
+    chapter: the two axes' collectives overlap each other (a pass communicates for
+    the longer of the two), and a pass's communication overlaps only that pass's
+    arithmetic. Published peak figures: real steps are slower.
+
+    Returns ``{"forward": {"compute", "comm", "comm_data", "comm_model"}, "backward": {...},
+    "compute", "comm", "time", "bound"}`` in seconds: ``time`` is the sum over the passes of
+    ``max(compute, comm)``; ``bound`` is ``"communication"`` if any pass communicates for
+    longer than it computes, else ``"compute"``.
+    """
+    _links("data_links", data_links)
+    _links("model_links", model_links)
+    flops = mlp_pass_flops(sizes, data=data, model=model)
+    transfers = mlp_transfers(strategy, sizes, data=data, model=model, **options)
+    out: dict = {}
+    for phase in PASSES:
+        row = {"compute": step_time(flops[phase], 0, chip)["compute"]}
+        for axis, links in (("data", data_links), ("model", model_links)):
+            nbytes = sum(t.bytes_per_device for t in transfers if t.phase == phase and t.axis == axis)
+            row[f"comm_{axis}"] = step_time(0, nbytes, chip, links=links)["comm"]
+        row["comm"] = max(row["comm_data"], row["comm_model"])
+        out[phase] = row
+    out["compute"] = sum(out[p]["compute"] for p in PASSES)
+    out["comm"] = sum(out[p]["comm"] for p in PASSES)
+    out["time"] = sum(max(out[p]["compute"], out[p]["comm"]) for p in PASSES)
+    out["bound"] = "communication" if any(out[p]["comm"] > out[p]["compute"] for p in PASSES) else "compute"
+    return out
+
+
+def compute_bound_from(strategy: str, sizes: MLPSizes, chip, *, vary: str = "batch", data: int = 1,
+                       model: int = 1, data_links: int = 2, model_links: int = 2, **options) -> float:
+    """The smallest ``sizes.batch`` (or ``sizes.d_hidden``) from which :func:`step_times` is compute-bound.
+
+    ``vary``: ``"batch"`` (the global batch; divide by ``data * model`` for a batch per
+    chip) or ``"d_hidden"``; the other sizes are taken from ``sizes``. Flops grow in
+    proportion to either, modelled bytes by a fixed amount per unit, so each pass and
+    axis is compute-bound from one value on, solved exactly here. Returns ``0.0`` when
+    every value is compute-bound and ``math.inf`` when none is (e.g. tensor
+    parallelism's bytes grow with the batch as fast as its flops). The answer is a real
+    number: a batch or width must also divide evenly over the mesh.
+    """
+    if vary not in ("batch", "d_hidden"):
+        raise ValueError(f"vary must be 'batch' or 'd_hidden', got {vary!r}")
+    unit = data if vary == "batch" else model
+    kwargs = dict(data=data, model=model, data_links=data_links, model_links=model_links, **options)
+    at = [step_times(strategy, _replace(sizes, **{vary: v * unit}), chip, **kwargs) for v in (1, 2)]
+    value = 0.0
+    for phase in PASSES:
+        compute_rate = (at[1][phase]["compute"] - at[0][phase]["compute"]) / unit
+        for axis in ("comm_data", "comm_model"):
+            comm_rate = (at[1][phase][axis] - at[0][phase][axis]) / unit
+            fixed = at[0][phase][axis] - comm_rate * unit
+            if fixed <= 1e-15 and comm_rate <= compute_rate * (1 + 1e-12):
+                continue                                  # never more communication than compute
+            if compute_rate <= comm_rate * (1 + 1e-12):
+                return math.inf                           # communication grows as fast as compute, or faster
+            value = max(value, fixed / (compute_rate - comm_rate))
+    return value
+
+
+def _replace(sizes: MLPSizes, **changes) -> MLPSizes:
+    fields = dict(batch=sizes.batch, d_model=sizes.d_model, d_hidden=sizes.d_hidden, layers=sizes.layers,
+                  itemsize=sizes.itemsize)
+    fields.update(changes)
+    return MLPSizes(**fields)
+
+
 _OP_NAME_RE = re.compile(r'op_name="([^"]*)"')
 
 
@@ -260,13 +371,31 @@ def _top_level_parts(name: str) -> list[str]:
     return parts
 
 
+_COMPUTATION_RE = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$", re.M)
+
+
+def _caller_op_name(text: str, at: int):
+    """The op_name of the instruction that calls the computation holding position ``at`` (a fusion, say).
+
+    XLA:TPU moves a collective into a fused computation of its own (e.g. the all-reduce of an
+    ``all-reduce-scatter`` fusion) and leaves the name JAX gave it on the fusion that calls it.
+    """
+    heads = [m for m in _COMPUTATION_RE.finditer(text, 0, at)]
+    if not heads:
+        return None
+    callee = re.escape(heads[-1].group(1))
+    call = re.search(rf"^.*(?:calls|to_apply)=%?{callee}\b.*$", text, re.M)
+    return _OP_NAME_RE.search(call.group(0)) if call else None
+
+
 def phase_of(collective, report) -> str:
     """``"forward"``, ``"backward"`` or ``"forward+backward"``: which pass of autodiff a collective serves.
 
     Read from the ``op_name`` metadata JAX writes into the compiled module:
     the backward pass is the transpose of the forward one, so its operations are
     named ``transpose(jvp(...))``. A collective that XLA combined from several
-    gets every phase of its parts. ``report`` is the
+    gets every phase of its parts; one that XLA moved into a fused computation
+    of its own is named by the fusion that calls it. ``report`` is the
     :class:`~shardlab.compiled.CollectiveReport` the collective came from.
     """
     name = getattr(collective, "name", None)
@@ -277,6 +406,8 @@ def phase_of(collective, report) -> str:
         raise ValueError(f"report must be a CollectiveReport, got {type(report).__name__}")
     line = re.search(rf"^\s*(?:ROOT\s+)?%?{re.escape(name)}\s*=.*$", text, re.M)
     op = _OP_NAME_RE.search(line.group(0)) if line else None
+    if op is None and line is not None:
+        op = _caller_op_name(text, line.start())
     if op is None:
         raise ValueError(f"report has no op_name metadata for {name!r}")
     phases = {"backward" if "transpose(" in part else "forward" for part in _top_level_parts(op.group(1))}

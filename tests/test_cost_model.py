@@ -1,8 +1,11 @@
 """The time model of shardlab.cost_model: published chip figures, and flops and bytes turned into time."""
 
+import math
+
 import pytest
 
 from shardlab.cost_model import CHIPS, Chip, step_time
+from shardlab.strategies import MLPSizes, compute_bound_from
 
 
 def test_the_published_threshold_of_the_scaling_book_is_reproduced():
@@ -47,3 +50,51 @@ def test_a_chip_of_ones_own_can_be_modelled():
     mine = Chip("mine", peak_flops=1e12, hbm_bytes=1e9, hbm_bandwidth=1e11, link_bandwidth=1e9, torus_dims=1)
     assert step_time(1e12, 2e9, mine, links=2) == {"compute": 1.0, "comm": 1.0, "overlapped": 1.0, "serial": 2.0,
                                                   "bound": "compute"}
+
+
+# --- The scaling book's thresholds (training chapter, https://jax-ml.github.io/scaling-book/training/), as the
+# training chapter's table states them: its C / W_ici uses both directions of a link; its per-layer counts assume
+# many layers (every block's input gradient is computed) and large groups ((n-1)/n ~ 1).
+
+DEEP = MLPSizes(batch=256, d_model=8192, d_hidden=32768, layers=64, itemsize=2)
+N = 256
+
+
+@pytest.mark.parametrize("chip, alpha", [("TPU v5e", 1.97e14 / 9e10), ("TPU v5p", 2550), ("TPU v6e", 9.2e14 / 1.8e11)])
+def test_critical_intensity_both_directions_of_a_link(chip, alpha):
+    assert CHIPS[chip].critical_intensity(links=2) == pytest.approx(alpha, rel=1e-3)
+
+
+@pytest.mark.parametrize("chip", ["TPU v5e", "TPU v5p", "TPU v6e"])
+def test_data_parallel_thresholds_are_the_critical_intensity(chip):
+    c = CHIPS[chip]
+    alpha = c.critical_intensity(links=2)
+    # DP: the backward pass's flops against the gradient all-reduce; FSDP: the forward pass's against the
+    # weight gathers, (n-1)/n of the all-reduce's bytes.
+    assert compute_bound_from("dp", DEEP, c, data=N) / N == pytest.approx(alpha, rel=1e-3)
+    assert compute_bound_from("fsdp", DEEP, c, data=N) / N == pytest.approx(alpha * (N - 1) / N, rel=1e-3)
+    # Over every torus axis: M times the links, 1/M of the batch.
+    every = compute_bound_from("dp", DEEP, c, data=N, data_links=2 * c.torus_dims) / N
+    assert every == pytest.approx(alpha / c.torus_dims, rel=1e-3)
+
+
+def test_the_printed_v5p_numbers():
+    v5p = CHIPS["TPU v5p"]
+    # "batch size per chip must be at least 2,550"; "BS=850 per TPU" over the three axes.
+    assert compute_bound_from("dp", DEEP, v5p, data=N) / N == pytest.approx(2550, rel=1e-3)
+    assert compute_bound_from("dp", DEEP, v5p, data=N, data_links=6) / N == pytest.approx(850, rel=1e-3)
+    # "The required F for 8 way model sharding is 20k": the book's F > Y * C / W_ici = 20,400. The ring sends
+    # (n-1)/n of each activation, so this model's smallest width for 8-way is 7/8 of that.
+    h = compute_bound_from("tp", DEEP, v5p, vary="d_hidden", model=8)
+    assert h == pytest.approx(8 * 2550 * 7 / 8, rel=1e-6)
+    # Mixed: the book's B/N > alpha / (M_X * Y) at a fixed Y (its optimum Y = F/alpha gives alpha^2 / (M_X M_Y F),
+    # about 99 for F = 32,768): with Y = 8 and the data axis over two torus axes, 2550 / 16.
+    mix = compute_bound_from("dp+tp", DEEP, v5p, data=N // 8, model=8, data_links=4) / N
+    assert mix == pytest.approx(2550 / 16, rel=0.03)
+    assert 2550 ** 2 / (2 * 32768) == pytest.approx(99.2, abs=0.1)
+
+
+def test_tensor_parallelism_is_never_compute_bound_when_its_shard_is_too_narrow():
+    v6e = CHIPS["TPU v6e"]   # h / 8 = 4,096 is below its 5,111 flops per byte
+    assert compute_bound_from("tp", DEEP, v6e, model=8) == math.inf
+    assert compute_bound_from("dp+tp", DEEP, v6e, data=N // 8, model=8) == math.inf

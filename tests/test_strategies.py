@@ -11,15 +11,21 @@ import pytest  # noqa: E402
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
 
 from shardlab.compiled import collectives_in, collectives_in_text  # noqa: E402
+import math  # noqa: E402
+
+from shardlab.cost_model import CHIPS, Chip  # noqa: E402
 from shardlab.strategies import (  # noqa: E402
     STRATEGIES,
     MLPSizes,
     Transfer,
+    compute_bound_from,
     mlp_bytes,
     mlp_flops,
     mlp_memory,
+    mlp_pass_flops,
     mlp_transfers,
     phase_of,
+    step_times,
 )
 
 SIZES = MLPSizes(batch=16, d_model=8, d_hidden=32, layers=2)
@@ -98,6 +104,89 @@ def test_flops_against_cost_analysis():
     cost = jax.jit(_step()).lower(params, x, x).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     assert mlp_flops(SIZES) <= cost["flops"] < 1.2 * mlp_flops(SIZES)
+
+
+def test_transfers_name_their_mesh_axis():
+    axes = {(t.what.split(" of ")[0], t.axis) for t in mlp_transfers("dp+tp", SIZES, data=2, model=4)}
+    assert ("output", "model") in axes and ("gradients", "data") in axes and ("loss", "data") in axes
+    assert {t.axis for t in mlp_transfers("fsdp", SIZES, data=8)} == {"data"}
+
+
+def test_pass_flops_add_up():
+    split = mlp_pass_flops(SIZES, data=2, model=4)
+    assert split["forward"] == 4 * 2 * 16 * 8 * 32 // 8
+    assert split["forward"] + split["backward"] == mlp_flops(SIZES, data=2, model=4)
+
+
+# A chip with round numbers: 1e12 flops/s, 1e9 bytes/s per link each way, a 2-D torus (4 links).
+ROUND = Chip("round", peak_flops=1e12, hbm_bytes=1e9, hbm_bandwidth=1e11, link_bandwidth=1e9, torus_dims=2)
+
+
+def test_step_times_by_hand():
+    big = MLPSizes(batch=64, d_model=8, d_hidden=32, layers=2, itemsize=2)
+    t = step_times("dp", big, ROUND, data=8, data_links=2)
+    flops = mlp_pass_flops(big, data=8)
+    grads = 2 * 7 / 8 * big.param_bytes
+    loss = 2 * 7 / 8 * 4
+    assert t["forward"]["compute"] == pytest.approx(flops["forward"] / 1e12)
+    assert t["forward"]["comm"] == pytest.approx(loss / 2e9)
+    assert t["backward"]["comm"] == pytest.approx(grads / 2e9)
+    assert t["backward"]["comm_model"] == 0
+    assert t["time"] == pytest.approx(sum(max(t[p]["compute"], t[p]["comm"]) for p in ("forward", "backward")))
+    assert t["bound"] == "communication" and t["comm"] > t["compute"]
+    # Two mesh axes overlap: a pass communicates for the longer of the two.
+    mix = step_times("dp+tp", big, ROUND, data=2, model=4)
+    for phase in ("forward", "backward"):
+        assert mix[phase]["comm"] == max(mix[phase]["comm_data"], mix[phase]["comm_model"])
+    # Four links halve the time of two.
+    assert step_times("dp", big, ROUND, data=8, data_links=4)["backward"]["comm"] == pytest.approx(grads / 4e9)
+
+
+def test_compute_bound_from_solves_the_balance():
+    base = MLPSizes(batch=8, d_model=64, d_hidden=256, layers=4, itemsize=2)
+    b = compute_bound_from("dp", base, ROUND, data=8)
+    # Just above it the step is compute-bound, just below it is not (batches here are real numbers).
+    above = step_times("dp", MLPSizes(8 * math.ceil(b / 8 * 1.01), 64, 256, 4, 2), ROUND, data=8)
+    below = step_times("dp", MLPSizes(8 * math.floor(b / 8 * 0.99), 64, 256, 4, 2), ROUND, data=8)
+    assert above["bound"] == "compute" and below["bound"] == "communication"
+    # Closed form: backward flops (8L-2) B d h / n against 2(n-1)/n P bytes over 2 links (the loss is tiny).
+    alpha = ROUND.critical_intensity(links=2)
+    assert b / 8 == pytest.approx(alpha * 8 * 4 / (8 * 4 - 2) * 7 / 8, rel=1e-3)
+    # Tensor parallelism: its bytes grow with the batch like its flops, so the answer is all or nothing ...
+    assert compute_bound_from("tp", base, ROUND, model=4) == math.inf
+    wide = MLPSizes(batch=8, d_model=64, d_hidden=4 * 4096, layers=4, itemsize=2)
+    assert compute_bound_from("tp", wide, ROUND, model=4) == 0.0
+    # ... and in the hidden width it is h / n > (n-1)/n of the chip's ratio (forward pass).
+    h = compute_bound_from("tp", base, ROUND, vary="d_hidden", model=4)
+    assert h / 4 == pytest.approx(alpha * 3 / 4)
+
+
+def test_compute_bound_from_refuses_bad_input():
+    with pytest.raises(ValueError, match="vary"):
+        compute_bound_from("dp", SIZES, ROUND, vary="width", data=8)
+    with pytest.raises(ValueError, match="data_links"):
+        step_times("dp", SIZES, ROUND, data=8, data_links=0)
+    with pytest.raises(ValueError, match="links must be an integer from 1 to 4"):
+        step_times("dp", SIZES, CHIPS["TPU v5e"], data=8, data_links=6)
+
+
+def test_phase_of_reads_the_fusion_that_calls_a_collective():
+    # XLA:TPU's all-reduce-scatter fusion: the all-reduce has no op_name; the fusion calling it has.
+    text = (
+        "HloModule m, num_partitions=2\n"
+        "%ars (p: f32[4]) -> f32[2] {\n"
+        "  %p = f32[4]{0} parameter(0)\n"
+        "  %ar.9 = f32[4]{0} all-reduce(f32[4]{0} %p), channel_id=1, replica_groups={{0,1}}, to_apply=%add\n"
+        "  ROOT %ds = f32[2]{0} dynamic-slice(%ar.9, %i), dynamic_slice_sizes={2}\n"
+        "}\n"
+        "ENTRY %main (q: f32[4]) -> f32[2] {\n"
+        "  %q = f32[4]{0} parameter(0)\n"
+        '  ROOT %f = f32[2]{0} fusion(%q), kind=kCustom, calls=%ars, '
+        'metadata={op_name="jit(f)/transpose(jvp())/dot_general"}\n'
+        "}\n"
+    )
+    report = collectives_in_text(text)
+    assert [phase_of(c, report) for c in report] == ["backward"]
 
 
 @pytest.mark.parametrize("call, match", [
