@@ -46,13 +46,14 @@ class Target:
         return n
 
 
-#: The TPU slices the book compiles for.
+#: The TPU slices the book compiles for, named as Google Cloud names them: by chips for v5e and v6e,
+#: by TensorCores (two per chip) for v5p.
 TARGETS = {t.name: t for t in (
     Target("v5e-1", "v5e:1x1", CHIPS["TPU v5e"], "Colab's TPU runtime: one v5e chip", (1, 1, 1)),
     Target("v5e-8", "v5e:2x4", CHIPS["TPU v5e"], "Kaggle's TPU runtime: one host with 8 v5e chips", (2, 4, 1)),
     Target("v5e-256", "v5e:16x16", CHIPS["TPU v5e"], "a full v5e pod: 16 x 16 chips, 4 per host"),
-    Target("v5p-8", "v5p:2x2x2", CHIPS["TPU v5p"], "the smallest v5p slice: 2 x 2 x 2 chips, 4 per host"),
-    Target("v5p-64", "v5p:4x4x4", CHIPS["TPU v5p"], "a v5p slice of 4 x 4 x 4 chips, 4 per host"),
+    Target("v5p-16", "v5p:2x2x2", CHIPS["TPU v5p"], "a cube of 2 x 2 x 2 v5p chips on 2 hosts of 4"),
+    Target("v5p-128", "v5p:4x4x4", CHIPS["TPU v5p"], "a v5p slice of 4 x 4 x 4 chips, 4 per host"),
     Target("v6e-8", "v6e:2x4", CHIPS["TPU v6e"], "one host with 8 v6e (Trillium) chips", (2, 4, 1)),
 )}
 
