@@ -808,7 +808,8 @@ def draw_links(mesh, axis: str, *, ax=None, title: str | None = None, figsize=No
     """The chips of a mesh at their physical places, their direct links, and the groups along one mesh axis.
 
     Each device is a square in the book's colour for its id, inside its chip (a chip with several cores
-    holds several squares); grey bars are the direct links between neighbouring chips. The devices of each
+    holds several squares); grey bars are the direct links between neighbouring chips of one plane (the
+    links between planes, from each chip to the chip at the same place in the next plane, are not drawn). The devices of each
     group along ``axis`` (those that take part in one collective over that axis) are joined in mesh order:
     a solid black line where the step is a direct link (or stays on one chip), a red dashed arc where it
     crosses several links. The devices must carry ``coords`` (TPU devices, or stand-ins with ``id`` and
@@ -854,7 +855,8 @@ def draw_links(mesh, axis: str, *, ax=None, title: str | None = None, figsize=No
         for b in chips[i + 1:]:
             if sum(abs(p - q) for p, q in zip(a, b)) == 1:
                 (x0, y0), (x1, y1) = chip_xy(a), chip_xy(b)
-                ax.plot([x0, x1], [y0, y1], color="#c8c8c8", lw=7, solid_capstyle="butt", zorder=1)
+                if a[2] == b[2]:   # links between planes drawn side by side would cross chips: said in words
+                    ax.plot([x0, x1], [y0, y1], color="#c8c8c8", lw=7, solid_capstyle="butt", zorder=1)
     for chip, on_chip in cores.items():
         cx, cy = chip_xy(chip)
         pad = 0.07
@@ -890,6 +892,8 @@ def draw_links(mesh, axis: str, *, ax=None, title: str | None = None, figsize=No
         for z in sorted({c[2] for c in full.values()}):
             ax.text(z * (width + 0.6) + (width - 1) / 2, min(all_y) - 0.5, f"z = {z}", ha="center",
                     fontsize=9, color="#555555")
+        ax.text((max(all_x) + min(all_x)) / 2, max(all_y) + 0.55, "each chip is also linked to the chip at "
+                "its place in the neighbouring plane", ha="center", va="top", fontsize=8, color="#555555")
     if title is None:
         title = (f"groups along {axis!r}: {direct} of {steps} steps are direct links"
                  if steps else f"groups along {axis!r}: one device each")
