@@ -224,7 +224,12 @@ class ProgramMemory:
 
 @dataclass(frozen=True)
 class CompiledProgram:
-    """A program compiled for a target, read: its collectives, memory per device, flops and bytes."""
+    """A program compiled for a target, read: its collectives, memory per device, flops and bytes.
+
+    Both the collectives and ``flops`` are counted over the program's text, where the body of a loop
+    appears once: a program with ``while_loops`` (XLA:TPU writes some sharded products as a loop of
+    collective-permutes) sends and computes more than they say, once per trip.
+    """
 
     target: str
     compiled: object = field(repr=False)
@@ -239,13 +244,19 @@ class CompiledProgram:
         """The compiled HLO text."""
         return self.compiled.as_text()
 
+    @property
+    def while_loops(self) -> int:
+        """How many ``while`` instructions the program has (their bodies are counted once above)."""
+        return len(re.findall(r"\swhile\(", self.text))
+
     def summary(self) -> str:
         mib = 2 ** 20
         return (f"{self.target}: {len(self.collectives)} collective(s) "
                 f"({', '.join(f'{k} x{v}' for k, v in sorted(self.collectives.kinds().items())) or 'none'}); "
                 f"memory per device {self.memory.peak / mib:,.2f} MiB "
                 f"(arguments {self.memory.arguments / mib:,.2f}, outputs {self.memory.outputs / mib:,.2f}, "
-                f"temporaries {self.memory.temporaries / mib:,.2f}); {self.flops:,.0f} flops per device")
+                f"temporaries {self.memory.temporaries / mib:,.2f}); {self.flops:,.0f} flops per device"
+                + (f" ({self.while_loops} loop(s): bodies counted once)" if self.while_loops else ""))
 
     def __str__(self) -> str:
         return self.summary()

@@ -143,3 +143,11 @@ def test_xla_tpu_fusions_of_collectives_are_read_once_and_as_what_they_do():
     (c,) = prog.collectives
     assert c.kind == "reduce-scatter" and c.operand_shapes == ((1024, 8192),) and c.result_shapes == ((1024, 2048),)
     assert c.bytes_per_device == shardlab.bytes_reduce_scatter(1024 * 8192 * 4, 4)
+
+
+def test_a_loop_in_the_program_is_reported():
+    step = jax.jit(lambda x: jax.lax.fori_loop(0, 3, lambda i, y: jnp.tanh(y), x))
+    mesh = shardlab.target_mesh("v5e-8", (8,), ("x",))
+    prog = shardlab.compile_for(step, sds(mesh, (64, 128), P("x")))
+    assert prog.while_loops == 1 and "bodies counted once" in prog.summary()
+    assert shardlab.compile_for(jnp.tanh, sds(mesh, (64, 128), P("x"))).while_loops == 0
