@@ -208,13 +208,19 @@ def target_mesh(target, axis_sizes, axis_names, *, axis_types=None):
 
 @dataclass(frozen=True)
 class ProgramMemory:
-    """``memory_analysis()`` of one device's program, in bytes (what XLA reports, not a model)."""
+    """``memory_analysis()`` of one device's program, in bytes (what XLA reports, not a model).
+
+    ``xla_peak`` is XLA's own estimate of the program's peak (``peak_memory_in_bytes``); on a TPU it
+    is the figure the compiler compares with the chip's HBM when it refuses a program that does not fit.
+    It is not the sum :attr:`peak` adds up, and may be below or above it.
+    """
 
     arguments: int
     outputs: int
     temporaries: int
     aliased: int
     code: int
+    xla_peak: int | None = None
 
     @property
     def peak(self) -> int:
@@ -294,7 +300,8 @@ def compile_for(f, *args, **kwargs) -> CompiledProgram:
     devices = _device_assignment(compiled) or []
     stats = compiled.memory_analysis()
     memory = ProgramMemory(stats.argument_size_in_bytes, stats.output_size_in_bytes, stats.temp_size_in_bytes,
-                           stats.alias_size_in_bytes, stats.generated_code_size_in_bytes)
+                           stats.alias_size_in_bytes, stats.generated_code_size_in_bytes,
+                           getattr(stats, "peak_memory_in_bytes", None))
     cost = _cost(compiled)
     return CompiledProgram(target=_describe(devices) if devices else "?", compiled=compiled,
                            compile_seconds=seconds, collectives=collectives_in_compiled(compiled), memory=memory,

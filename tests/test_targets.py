@@ -66,6 +66,7 @@ def test_a_tpu_program_is_read_like_a_cpu_one():
         args = (sds(mesh, (64, 256), P("data", None)), sds(mesh, (256, 512), P(None, "model")))
         progs[where] = prog = shardlab.compile_for(grad, *args)
         stats = prog.compiled.memory_analysis()
+        assert prog.memory.xla_peak == stats.peak_memory_in_bytes
         assert prog.memory.peak == (stats.argument_size_in_bytes + stats.output_size_in_bytes
                                     + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
         assert prog.collectives == shardlab.collectives_in(prog.compiled)
