@@ -20,7 +20,8 @@ from shardlab.collectives import (CollectiveRun, RingSteps, collective_view, dra
                                   run_collective)
 from shardlab.memory import has_memory_kind, memory_kinds, memory_placements, missing_memory_kind
 from shardlab.processes import ProcessesFailed, ProcessesTimedOut, ProcessResult, free_port, run_processes
-from shardlab.strategies import STRATEGIES, MLPSizes, Transfer, mlp_bytes, mlp_memory, mlp_transfers, phase_of
+from shardlab.strategies import (STRATEGIES, MLPSizes, Transfer, compute_bound_from, mlp_bytes, mlp_memory,
+                                 mlp_pass_flops, mlp_transfers, phase_of, step_times)
 
 __all__ = [
     # set-up and exercises
@@ -46,5 +47,6 @@ __all__ = [
     "run_processes", "free_port", "ProcessResult", "ProcessesFailed", "ProcessesTimedOut",
     # training strategies
     "STRATEGIES", "MLPSizes", "Transfer", "mlp_transfers", "mlp_bytes", "mlp_memory", "phase_of",
+    "mlp_pass_flops", "step_times", "compute_bound_from",
 ]
 __version__ = "0.1.0"
