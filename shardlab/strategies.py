@@ -8,12 +8,12 @@ For each strategy :func:`mlp_transfers` lists every collective one step needs
 what one device sends under the ring model (the ring formulas of
 :mod:`shardlab.cost_model`). The chapter applies the same model to the
 collectives read from compiled code: equal totals say that the compiler
-emitted the collectives expected here. :func:`mlp_flops` counts the matrix
+emitted the collectives expected here. ``mlp_flops`` counts the matrix
 products of one step and :func:`mlp_memory` what one device holds.
 
 From bytes and flops to time: :func:`step_times` turns each pass's flops and
 modelled bytes into modelled compute and communication times on a chip
-(:func:`shardlab.cost_model.step_time`, published chip figures), assuming a
+(:func:`shardlab.step_time`, published chip figures), assuming a
 pass's communication can hide only behind that pass's arithmetic and the mesh
 axes send over links of their own; :func:`compute_bound_from` solves for the
 batch (or hidden width) from which every pass is compute-bound.
@@ -259,11 +259,11 @@ def mlp_flops(sizes: MLPSizes, *, data: int = 1, model: int = 1) -> int:
 
 
 def mlp_pass_flops(sizes: MLPSizes, *, data: int = 1, model: int = 1) -> dict:
-    """:func:`mlp_flops` split by pass: ``{"forward": ..., "backward": ...}`` on one device.
+    """``mlp_flops`` split by pass: ``{"forward": ..., "backward": ...}`` on one device.
 
     Forward: ``4 * layers * batch * d_model * d_hidden``; backward: twice that, less the
     first block's input gradient (``2 * batch * d_model * d_hidden``). Their sum is
-    :func:`mlp_flops`.
+    ``mlp_flops``.
     """
     total = mlp_flops(sizes, data=data, model=model)
     forward = 2 * sizes.layers * 2 * sizes.batch * sizes.d_model * sizes.d_hidden // (data * model)
@@ -282,7 +282,7 @@ def step_times(strategy: str, sizes: MLPSizes, chip, *, data: int = 1, model: in
 
     Each pass's flops (:func:`mlp_pass_flops`) take ``flops / peak`` seconds; each
     mesh axis's modelled bytes in that pass (:func:`mlp_transfers`, same ``options``)
-    take ``bytes / (links * link_bandwidth)`` (:func:`shardlab.cost_model.step_time`),
+    take ``bytes / (links * link_bandwidth)`` (:func:`shardlab.step_time`),
     the ``data`` axis over ``data_links`` links and the ``model`` axis over
     ``model_links`` of its own (2: both directions of one torus axis, as a
     bidirectional ring uses them). Assumptions, as in the scaling book's training
