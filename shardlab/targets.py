@@ -11,6 +11,7 @@ Where libtpu is missing, :func:`compiling_for_tpu` turns the cell into one print
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -40,10 +41,7 @@ class Target:
 
     @property
     def num_chips(self) -> int:
-        n = 1
-        for size in self.topology.split(":")[1].split("x"):
-            n *= int(size)
-        return n
+        return math.prod(int(size) for size in self.topology.split(":")[1].split("x"))
 
 
 #: The TPU slices the book compiles for, named as Google Cloud names them: by chips for v5e and v6e,
@@ -194,11 +192,8 @@ def target_mesh(target, axis_sizes, axis_names, *, axis_types=None):
     devices = target_devices(target)
     if axis_types is None:
         axis_types = (AxisType.Auto,) * len(axis_sizes)
-    n = 1
-    for s in axis_sizes:
-        n *= s
     if target == HERE:
-        devices = devices[:n]
+        devices = devices[:math.prod(axis_sizes)]
     return jax.make_mesh(tuple(axis_sizes), tuple(axis_names), devices=devices, axis_types=tuple(axis_types))
 
 
