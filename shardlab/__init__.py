@@ -22,6 +22,7 @@ from shardlab.memory import has_memory_kind, memory_kinds, memory_placements, mi
 from shardlab.processes import ProcessesFailed, ProcessesTimedOut, ProcessResult, free_port, run_processes
 from shardlab.strategies import (STRATEGIES, MLPSizes, Transfer, compute_bound_from, mlp_bytes, mlp_memory,
                                  mlp_pass_flops, mlp_transfers, phase_of, step_times)
+from shardlab.overlap import AsyncWindow, ScheduledOp, async_windows, ring_matmul_time, scheduled_order
 
 __all__ = [
     # set-up and exercises
@@ -48,5 +49,7 @@ __all__ = [
     # training strategies
     "STRATEGIES", "MLPSizes", "Transfer", "mlp_transfers", "mlp_bytes", "mlp_memory", "phase_of",
     "mlp_pass_flops", "step_times", "compute_bound_from",
+    # hiding communication behind compute: the schedule read, the ring matmul modelled
+    "scheduled_order", "async_windows", "ScheduledOp", "AsyncWindow", "ring_matmul_time",
 ]
 __version__ = "0.1.0"

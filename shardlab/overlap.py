@@ -1,0 +1,238 @@
+"""Hiding communication behind compute: the schedule a compiler chose, and what overlap saves by a model.
+
+Two readers of a compiled program's *scheduled* order (XLA prints a scheduled module's instructions in
+the order they run): :func:`scheduled_order` lists the instructions of one computation with what each
+is (an asynchronous collective's start or done, a synchronous collective, a product, other work), and
+:func:`async_windows` pairs every ``*-start`` with its ``*-done`` and names the products scheduled
+between them, the work a device can do while that collective's bytes travel.
+
+One model: :func:`ring_matmul_time`, the time of an all-gather matmul written as a ring of
+collective-permutes, step by step, with and without overlap, from a chip's published figures
+(:data:`shardlab.CHIPS`). What it gives is modelled, not measured.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardlab.compiled import _COMPUTATION_RE, _COMMENT_RE, _parse_instruction
+from shardlab.cost_model import _chip, step_time
+
+_COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
+                "collective-broadcast", "ragged-all-to-all")
+_PRODUCTS = ("dot", "convolution")
+
+
+@dataclass(frozen=True)
+class ScheduledOp:
+    """One instruction of a computation, at its place in the schedule.
+
+    ``kind`` is ``"start"`` or ``"done"`` (the two halves of an asynchronous collective),
+    ``"collective"`` (a synchronous one), ``"product"`` (a ``dot`` or ``convolution``, or a fusion
+    whose body holds one), ``"loop"`` (a ``while``) or ``"other"``; ``collective`` names the
+    collective for the first three (``"collective-permute"``, ...), else it is ``""``.
+    """
+
+    position: int
+    name: str
+    opcode: str
+    kind: str
+    collective: str
+    line: str
+
+
+@dataclass(frozen=True)
+class AsyncWindow:
+    """An asynchronous collective: where its start and its done sit, and the products scheduled between.
+
+    ``products`` are the names of the ``"product"`` instructions between ``start_position`` and
+    ``done_position``: the compute the schedule lets run while the collective's bytes travel.
+    """
+
+    collective: str
+    start: str
+    done: str
+    start_position: int
+    done_position: int
+    products: tuple
+
+    @property
+    def overlapped(self) -> bool:
+        """Whether at least one product is scheduled between the start and the done."""
+        return bool(self.products)
+
+
+def _text_of(compiled_or_text, where: str) -> str:
+    if isinstance(compiled_or_text, str):
+        return compiled_or_text
+    text = getattr(compiled_or_text, "text", None)          # a shardlab CompiledProgram
+    if isinstance(text, str):
+        return text
+    as_text = getattr(compiled_or_text, "as_text", None)    # a jax Compiled
+    if callable(as_text):
+        return as_text()
+    raise ValueError(f"{where}: compiled must be HLO text, a compiled program (.as_text()) or a "
+                     f"shardlab.CompiledProgram, got {type(compiled_or_text).__name__}")
+
+
+def _computations(text: str) -> tuple[dict, str | None]:
+    """Every computation's body lines by name, and the name of the entry computation."""
+    bodies: dict = {}
+    entry, current = None, None
+    for raw in text.splitlines():
+        line = _COMMENT_RE.sub("", raw).rstrip()
+        if current is None:
+            m = _COMPUTATION_RE.match(line.strip())
+            if m:
+                current = m.group(1)
+                bodies[current] = []
+                if line.lstrip().startswith("ENTRY"):
+                    entry = current
+            continue
+        if line.strip() == "}":
+            current = None
+            continue
+        bodies[current].append(line)
+    return bodies, entry
+
+
+def _holds_product(name: str, bodies: dict, seen: set) -> bool:
+    if name in seen or name not in bodies:
+        return False
+    seen.add(name)
+    for line in bodies[name]:
+        instr = _parse_instruction(line)
+        if instr is None:
+            continue
+        if instr.opcode in _PRODUCTS:
+            return True
+        for called in re.findall(r"calls=%?([\w.\-]+)", instr.attrs):
+            if _holds_product(called, bodies, seen):
+                return True
+    return False
+
+
+def _classify(instr, bodies: dict) -> tuple[str, str]:
+    op = instr.opcode
+    for suffix in ("-start", "-done"):
+        if op.endswith(suffix) and op[: -len(suffix)] in _COLLECTIVES:
+            return suffix[1:], op[: -len(suffix)]
+    if op in _COLLECTIVES:
+        return "collective", op
+    if op in ("async-start", "async-done"):                 # a collective wrapped in an async computation
+        called = re.search(r"calls=%?([\w.\-]+)", instr.attrs)
+        inner = ""
+        if called:
+            for line in bodies.get(called.group(1), []):
+                i = _parse_instruction(line)
+                if i is not None and i.opcode in _COLLECTIVES:
+                    inner = i.opcode
+        if inner:
+            return op.split("-")[1], inner
+    if op in _PRODUCTS:
+        return "product", ""
+    if op == "fusion":
+        called = re.search(r"calls=%?([\w.\-]+)", instr.attrs)
+        if called and _holds_product(called.group(1), bodies, set()):
+            return "product", ""
+    if op == "while":
+        return "loop", ""
+    return "other", ""
+
+
+def scheduled_order(compiled, computation: str | None = None) -> list[ScheduledOp]:
+    """The instructions of one computation of a compiled program, in the order the schedule runs them.
+
+    ``compiled`` is HLO text, a compiled program (anything with ``.as_text()``) or a
+    :class:`shardlab.CompiledProgram`; ``computation`` names one computation (default: the entry
+    computation). A compiled module is scheduled, and its text lists each computation's
+    instructions in that order.
+    """
+    text = _text_of(compiled, "scheduled_order")
+    bodies, entry = _computations(text)
+    if computation is None:
+        if entry is None:
+            raise ValueError("scheduled_order: compiled has no ENTRY computation")
+        computation = entry
+    elif computation not in bodies:
+        raise ValueError(f"scheduled_order: computation {computation!r} is not in the program "
+                         f"(it has {len(bodies)} computations, the entry is {entry!r})")
+    ops = []
+    for line in bodies[computation]:
+        instr = _parse_instruction(line)
+        if instr is None:
+            continue
+        kind, collective = _classify(instr, bodies)
+        ops.append(ScheduledOp(len(ops), instr.name, instr.opcode, kind, collective, instr.line))
+    return ops
+
+
+def async_windows(compiled, computation: str | None = None) -> list[AsyncWindow]:
+    """Each asynchronous collective of one computation: its start, its done, and the products between.
+
+    Arguments as for :func:`scheduled_order`. A done is matched to its start by the start's name
+    among the done's operands.
+    """
+    ops = scheduled_order(compiled, computation)
+    starts = {op.name: op for op in ops if op.kind == "start"}
+    windows = []
+    for op in ops:
+        if op.kind != "done":
+            continue
+        instr = _parse_instruction(op.line)
+        names = [name for name, _ in instr.operands] if instr else []
+        start = next((starts[n] for n in names if n in starts), None)
+        if start is None:
+            continue
+        between = tuple(o.name for o in ops[start.position + 1: op.position] if o.kind == "product")
+        windows.append(AsyncWindow(op.collective, start.name, op.name, start.position, op.position, between))
+    return windows
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"ring_matmul_time: {name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def ring_matmul_time(rows: int, contract: int, cols: int, devices: int, chip, *, dtype_bytes: int = 2,
+                     bidirectional: bool = False) -> dict:
+    """Modelled time of ``all_gather(x) @ w`` written as a ring of ``devices`` steps, with and without overlap.
+
+    ``x`` is ``(rows, contract)``, split by rows over ``devices``; ``w`` is ``(contract, cols)``,
+    split by columns, so each device computes ``rows × cols / devices`` of the result. At each step
+    a device multiplies the block of ``x`` it holds by its columns of ``w``
+    (``2 · rows/devices · contract · cols/devices`` flops) while the block, ``rows/devices ·
+    contract · dtype_bytes`` bytes, travels to the next device over one link (``bidirectional``:
+    half of it each way, over two links). There are ``devices`` products and ``devices - 1`` sends.
+
+    Returns ``step``: one step's ``compute``, ``comm``, ``overlapped`` (their maximum) and ``serial``
+    (their sum), from :func:`shardlab.step_time`; ``overlapped``: the whole product when each
+    send hides behind a product (``compute + (devices - 1) · max(compute, comm)``); ``serial``:
+    with no overlap (``devices · compute + (devices - 1) · comm``, also the time of a plain
+    all-gather followed by the product); ``saved``: their difference; ``bound``: which one a
+    step waits for. Published peak figures: real steps are slower.
+    """
+    rows, contract, cols, devices = (_positive_int(n, v) for n, v in
+                                     (("rows", rows), ("contract", contract), ("cols", cols),
+                                      ("devices", devices)))
+    dtype_bytes = _positive_int("dtype_bytes", dtype_bytes)
+    if not isinstance(bidirectional, (bool, np.bool_)):
+        raise ValueError(f"ring_matmul_time: bidirectional must be True or False, got {bidirectional!r}")
+    for name, value in (("rows", rows), ("cols", cols)):
+        if value % devices:
+            raise ValueError(f"ring_matmul_time: {name}={value} must be divisible by devices={devices}")
+    chip = _chip(chip)
+    flops = 2 * (rows // devices) * contract * (cols // devices)
+    nbytes = (rows // devices) * contract * dtype_bytes
+    step = step_time(flops, nbytes, chip, links=2 if bidirectional else 1)
+    overlapped = step["compute"] + (devices - 1) * step["overlapped"]
+    serial = devices * step["compute"] + (devices - 1) * step["comm"]
+    return {"step": step, "flops_per_step": flops, "bytes_per_step": nbytes, "steps": devices,
+            "overlapped": overlapped, "serial": serial, "saved": serial - overlapped, "bound": step["bound"]}
+
+
+__all__ = ["ScheduledOp", "AsyncWindow", "scheduled_order", "async_windows", "ring_matmul_time"]
