@@ -160,12 +160,19 @@ def scheduled_order(compiled, computation: str | None = None) -> list[ScheduledO
     elif computation not in bodies:
         raise ValueError(f"scheduled_order: computation {computation!r} is not in the program "
                          f"(it has {len(bodies)} computations, the entry is {entry!r})")
-    ops = []
+    ops, async_starts = [], {}
     for line in bodies[computation]:
         instr = _parse_instruction(line)
         if instr is None:
             continue
         kind, collective = _classify(instr, bodies)
+        if instr.opcode == "async-start" and kind == "start":
+            async_starts[instr.name] = collective
+        elif instr.opcode == "async-done" and kind == "other":
+            # XLA prints an async-done without calls=: it waits on the async-start among its operands
+            started = [async_starts[name] for name, _ in instr.operands if name in async_starts]
+            if started:
+                kind, collective = "done", started[0]
         ops.append(ScheduledOp(len(ops), instr.name, instr.opcode, kind, collective, instr.line))
     return ops
 

@@ -98,3 +98,47 @@ def test_ring_matmul_time_refuses_bad_arguments(kwargs, word):
     args.update(kwargs)
     with pytest.raises(ValueError, match=word):
         ring_matmul_time(**args)
+
+
+# A loop whose body wraps an all-gather in an async computation (the async-start/async-done form), around a dot.
+LOOP_HLO = """HloModule jit_loop, is_scheduled=true
+
+%ag_computation (p: bf16[4,8]) -> bf16[32,8] {
+  %p = bf16[4,8]{1,0} parameter(0)
+  ROOT %all-gather.2 = bf16[32,8]{1,0} all-gather(%p), channel_id=4, replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}
+}
+
+%body (t: (bf16[4,8], bf16[8,8])) -> (bf16[4,8], bf16[8,8]) {
+  %t = (bf16[4,8]{1,0}, bf16[8,8]{1,0}) parameter(0)
+  %a = bf16[4,8]{1,0} get-tuple-element(%t), index=0
+  %b = bf16[8,8]{1,0} get-tuple-element(%t), index=1
+  %async-start = ((bf16[4,8]{1,0}), bf16[32,8]{1,0}) async-start(%a), calls=%ag_computation
+  %dot.3 = bf16[4,8]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %async-done = bf16[32,8]{1,0} async-done(%async-start)
+  ROOT %r = (bf16[4,8]{1,0}, bf16[8,8]{1,0}) tuple(%dot.3, %b)
+}
+
+%cond (t: (bf16[4,8], bf16[8,8])) -> pred[] {
+  %t = (bf16[4,8]{1,0}, bf16[8,8]{1,0}) parameter(0)
+  ROOT %c = pred[] constant(false)
+}
+
+ENTRY %main (x: bf16[4,8], w: bf16[8,8]) -> (bf16[4,8], bf16[8,8]) {
+  %x = bf16[4,8]{1,0} parameter(0)
+  %w = bf16[8,8]{1,0} parameter(1)
+  %init = (bf16[4,8]{1,0}, bf16[8,8]{1,0}) tuple(%x, %w)
+  ROOT %while = (bf16[4,8]{1,0}, bf16[8,8]{1,0}) while(%init), condition=%cond, body=%body
+}
+"""
+
+
+@pytest.mark.parametrize("done_calls", ["", ", calls=%ag_computation"])   # XLA prints it without; older with
+def test_loops_and_async_wrapped_collectives(done_calls):
+    hlo = LOOP_HLO.replace("async-done(%async-start)", "async-done(%async-start)" + done_calls)
+    assert [op.kind for op in scheduled_order(hlo) if op.kind != "other"] == ["loop"]
+    assert async_windows(hlo) == []                          # the window is inside the loop's body, not the entry
+    body = [(op.kind, op.collective) for op in scheduled_order(hlo, "body") if op.kind != "other"]
+    assert body == [("start", "all-gather"), ("product", ""), ("done", "all-gather")]
+    [window] = async_windows(hlo, "body")
+    assert (window.collective, window.start, window.done, window.products) == ("all-gather", "async-start",
+                                                                               "async-done", ("dot.3",))
