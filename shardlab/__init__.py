@@ -23,6 +23,8 @@ from shardlab.processes import ProcessesFailed, ProcessesTimedOut, ProcessResult
 from shardlab.strategies import (STRATEGIES, MLPSizes, Transfer, compute_bound_from, mlp_bytes, mlp_memory,
                                  mlp_pass_flops, mlp_transfers, phase_of, step_times)
 from shardlab.overlap import AsyncWindow, ScheduledOp, async_windows, ring_matmul_time, scheduled_order
+from shardlab.backward import (LoopedCollective, StepCollectives, Transpose, TransposeTable, collectives_per_step,
+                               split_microbatches, transpose_table, transposed_collectives)
 
 __all__ = [
     # set-up and exercises
@@ -51,5 +53,8 @@ __all__ = [
     "mlp_pass_flops", "step_times", "compute_bound_from",
     # hiding communication behind compute: the schedule read, the ring matmul modelled
     "scheduled_order", "async_windows", "ScheduledOp", "AsyncWindow", "ring_matmul_time",
+    # the backward pass: forward collective -> backward collective, collectives per step with loops
+    "transposed_collectives", "transpose_table", "Transpose", "TransposeTable", "collectives_per_step",
+    "StepCollectives", "LoopedCollective", "split_microbatches",
 ]
 __version__ = "0.1.0"
