@@ -1,0 +1,242 @@
+"""Pipeline schedules as data: which microbatch each stage works on at each time step, and their pictures.
+
+A :class:`Schedule` is a stage x time-step table. Each slot holds a forward or a backward pass of one
+microbatch through one of the stage's chunks of layers, or nothing (an idle slot, the *bubble*). Every
+slot lasts the same time: one chunk's forward or backward pass, taken to cost the same (the usual model
+behind the bubble formulas). A stage holding ``virtual`` chunks does a microbatch's share of its work in
+``virtual`` slots, so a slot of a schedule with ``virtual=2`` lasts half a slot of one with ``virtual=1``;
+:func:`draw_schedule` draws slots that wide.
+
+* :func:`gpipe_schedule`: every forward pass, then every backward pass in reverse (what ``jax.grad``
+  through a forward loop runs).
+* :func:`one_f_one_b_schedule`: after a warm-up, each stage alternates one forward and one backward pass,
+  so at most ``stages`` microbatches are in flight on a stage; the same bubble as GPipe.
+* :func:`circular_schedule`: each stage holds ``virtual`` chunks of layers that are not adjacent in the
+  model (stage ``s`` holds layers ``s, s + S, s + 2S, ...``) and a microbatch goes round the ring of
+  stages ``virtual`` times; its bubble is smaller, ``(S - 1) / (virtual * M + S - 1)``.
+
+Nothing here needs JAX: these are tables, counted and drawn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Schedule", "gpipe_schedule", "one_f_one_b_schedule", "circular_schedule", "bubble_fraction",
+           "bubble_model", "in_flight", "draw_schedule"]
+
+IDLE, FORWARD, BACKWARD = 0, 1, 2
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """A pipeline schedule: three ``(stages, steps)`` integer tables.
+
+    ``phase[s, t]`` is 0 (idle), 1 (forward) or 2 (backward); ``microbatch[s, t]`` and ``chunk[s, t]``
+    say which microbatch and which of the stage's chunks of layers the slot works on (-1 when idle).
+    """
+
+    name: str
+    stages: int
+    microbatches: int
+    virtual: int
+    phase: np.ndarray
+    microbatch: np.ndarray
+    chunk: np.ndarray
+
+    @property
+    def steps(self) -> int:
+        """Time steps (slots per stage) from the first slot to the last."""
+        return self.phase.shape[1]
+
+    @property
+    def bubble(self) -> float:
+        """The bubble fraction: :func:`bubble_fraction` of this schedule."""
+        return bubble_fraction(self)
+
+    def forward_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(microbatch, chunk)`` of the forward slots only, -1 elsewhere, cut to the steps from the first
+        forward slot to the last: the table a forward loop over time steps runs."""
+        steps = np.flatnonzero((self.phase == FORWARD).any(axis=0))
+        cols = slice(steps[0], steps[-1] + 1)
+        keep = self.phase[:, cols] == FORWARD
+        return np.where(keep, self.microbatch[:, cols], -1), np.where(keep, self.chunk[:, cols], -1)
+
+    def __repr__(self) -> str:
+        return (f"Schedule({self.name!r}, stages={self.stages}, microbatches={self.microbatches}, "
+                f"virtual={self.virtual}, steps={self.steps}, bubble={self.bubble:.3f})")
+
+
+def _positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _mirrored(name, stages, microbatches, virtual, mb_f, chunk_f) -> Schedule:
+    """The forward table followed by its mirror image in time: the backward pass that reverse-mode
+    differentiation of the forward loop runs (the last step's work is differentiated first)."""
+    busy = mb_f >= 0
+    phase = np.concatenate([np.where(busy, FORWARD, IDLE), np.where(busy, BACKWARD, IDLE)[:, ::-1]], axis=1)
+    return Schedule(name, stages, microbatches, virtual, phase,
+                    np.concatenate([mb_f, mb_f[:, ::-1]], axis=1), np.concatenate([chunk_f, chunk_f[:, ::-1]], axis=1))
+
+
+def circular_schedule(stages: int, microbatches: int, virtual: int = 2) -> Schedule:
+    """The circular (interleaved) schedule: each stage holds ``virtual`` chunks of layers.
+
+    At step ``t`` stage ``s`` does the ``k = t - s``-th piece of work of the ring: microbatches go in
+    groups of ``stages``, and a group goes round the ring ``virtual`` times (chunk ``r`` on its ``r``-th
+    round) before the next group enters. ``microbatches`` must be a multiple of ``stages`` when
+    ``virtual > 1`` (so that a microbatch coming round finds stage 0 free). The backward pass is the
+    forward table mirrored in time. ``virtual=1`` is GPipe.
+    """
+    stages, microbatches, virtual = (_positive("stages", stages), _positive("microbatches", microbatches),
+                                     _positive("virtual", virtual))
+    if virtual > 1 and microbatches % stages:
+        raise ValueError(f"microbatches must be a multiple of stages ({stages}) when virtual > 1, "
+                         f"got {microbatches}")
+    group = stages if virtual > 1 else microbatches
+    work = virtual * microbatches
+    steps = work + stages - 1
+    mb = np.full((stages, steps), -1)
+    chunk = np.full((stages, steps), -1)
+    for s in range(stages):
+        for k in range(work):
+            g, rest = divmod(k, virtual * group)
+            r, i = divmod(rest, group)
+            mb[s, s + k], chunk[s, s + k] = g * group + i, r
+    name = "GPipe" if virtual == 1 else f"circular, {virtual} chunks per stage"
+    return _mirrored(name, stages, microbatches, virtual, mb, chunk)
+
+
+def gpipe_schedule(stages: int, microbatches: int) -> Schedule:
+    """GPipe: stage ``s`` runs microbatch ``m``'s forward pass at step ``s + m``; then every backward
+    pass, in the reverse order."""
+    return circular_schedule(stages, microbatches, virtual=1)
+
+
+def one_f_one_b_schedule(stages: int, microbatches: int) -> Schedule:
+    """1F1B (one forward, one backward): stage ``s`` runs ``min(stages - 1 - s, microbatches)`` forward
+    passes, then alternates one forward and one backward pass, then finishes the backward passes.
+
+    Each pass starts as soon as its stage is free and its input is ready (the previous stage's forward
+    pass of that microbatch, or the next stage's backward pass), each taking one step.
+    """
+    stages, microbatches = _positive("stages", stages), _positive("microbatches", microbatches)
+    orders = []
+    for s in range(stages):
+        warm = min(stages - 1 - s, microbatches)
+        order = [(FORWARD, m) for m in range(warm)]
+        for i in range(microbatches - warm):
+            order += [(FORWARD, warm + i), (BACKWARD, i)]
+        order += [(BACKWARD, m) for m in range(microbatches - warm, microbatches)]
+        orders.append(order)
+    done = {}                      # (phase, stage, microbatch) -> the step it ends at
+    free, nxt = [0] * stages, [0] * stages
+    while any(nxt[s] < len(orders[s]) for s in range(stages)):
+        progressed = False
+        for s in range(stages):
+            if nxt[s] == len(orders[s]):
+                continue
+            phase, m = orders[s][nxt[s]]
+            if phase == FORWARD:
+                needs = (FORWARD, s - 1, m) if s > 0 else None
+            else:
+                needs = (BACKWARD, s + 1, m) if s < stages - 1 else (FORWARD, s, m)
+            if needs is not None and needs not in done:
+                continue
+            start = max(free[s], done[needs] if needs is not None else 0)
+            done[(phase, s, m)] = free[s] = start + 1
+            nxt[s] += 1
+            progressed = True
+        assert progressed, "1F1B: a schedule that cannot proceed"
+    steps = max(done.values())
+    phase = np.zeros((stages, steps), int)
+    mb = np.full((stages, steps), -1)
+    for (p, s, m), end in done.items():
+        phase[s, end - 1], mb[s, end - 1] = p, m
+    return Schedule("1F1B", stages, microbatches, 1, phase, mb, np.where(mb >= 0, 0, -1))
+
+
+def bubble_fraction(schedule: Schedule) -> float:
+    """Idle slots over all slots (``stages * steps``): the share of the run the stages wait."""
+    if not isinstance(schedule, Schedule):
+        raise ValueError(f"schedule must be a shardlab Schedule, got {type(schedule).__name__}")
+    return float((schedule.phase == IDLE).sum() / schedule.phase.size)
+
+
+def bubble_model(stages: int, microbatches: int, virtual: int = 1) -> float:
+    """The usual formula for the bubble fraction, ``(S - 1) / (virtual * M + S - 1)``."""
+    stages, microbatches, virtual = (_positive("stages", stages), _positive("microbatches", microbatches),
+                                     _positive("virtual", virtual))
+    return (stages - 1) / (virtual * microbatches + stages - 1)
+
+
+def in_flight(schedule: Schedule) -> np.ndarray:
+    """Per stage, the most microbatches whose forward pass has run there and whose backward pass has
+    not yet (counted over chunks, divided by ``virtual``): the activations the stage must keep."""
+    if not isinstance(schedule, Schedule):
+        raise ValueError(f"schedule must be a shardlab Schedule, got {type(schedule).__name__}")
+    delta = (schedule.phase == FORWARD).astype(int) - (schedule.phase == BACKWARD).astype(int)
+    return np.cumsum(delta, axis=1).max(axis=1) / schedule.virtual
+
+
+def draw_schedule(schedule: Schedule, ax=None, *, title: str | None = None, labels: bool | None = None):
+    """Draw a schedule: stages down, time across, one cell per slot.
+
+    A forward slot is filled with the microbatch's colour (``shardlab.PALETTE``), a backward slot
+    filled with a pale tint of it and hatched, an idle slot shaded grey. Cells are labelled with the microbatch (and, with several
+    chunks, the chunk as a letter: ``3b`` is microbatch 3 in the stage's second chunk). Time is in
+    units of one stage's whole pass: a slot of a ``virtual=2`` schedule is half as wide. Draws on
+    ``ax`` if given, else returns a new :class:`shardlab.ShardFigure`.
+    """
+    from matplotlib.patches import Rectangle
+
+    from shardlab.draw import PALETTE, ShardFigure
+
+    if not isinstance(schedule, Schedule):
+        raise ValueError(f"schedule must be a shardlab Schedule, got {type(schedule).__name__}")
+    fig = None
+    if ax is None:
+        fig = ShardFigure(figsize=(min(14, 2 + 0.3 * schedule.steps / schedule.virtual), 0.9 + 0.42 * schedule.stages))
+        ax = fig.add_subplot()
+    from matplotlib.collections import PatchCollection
+    from matplotlib.colors import to_rgb
+
+    S, T, V = schedule.stages, schedule.steps, schedule.virtual
+    width = 1 / V
+    if labels is None:
+        labels = T / V <= 48
+    boxes = {IDLE: [], FORWARD: [], BACKWARD: []}
+    colours = {IDLE: [], FORWARD: [], BACKWARD: []}
+    for s in range(S):
+        for t in range(T):
+            p, m, c = schedule.phase[s, t], schedule.microbatch[s, t], schedule.chunk[s, t]
+            boxes[p].append(Rectangle((t * width, s), width, 1))
+            colours[p].append("#e6e6e6" if p == IDLE else to_rgb(PALETTE[m % 10]))
+            if labels and p != IDLE:
+                text = f"{m}" + ("abcdefgh"[c] if V > 1 else "")
+                ax.text((t + 0.5) * width, s + 0.5, text, ha="center", va="center", fontsize=7 if V > 1 else 8,
+                        color="white" if p == FORWARD else "black")
+    # One collection per kind of slot (fast to draw): idle grey, forward filled, backward a pale tint, hatched.
+    ax.add_collection(PatchCollection(boxes[IDLE], facecolors=colours[IDLE], edgecolors="white", linewidths=0.5))
+    ax.add_collection(PatchCollection(boxes[FORWARD], facecolors=colours[FORWARD], edgecolors="white",
+                                      linewidths=0.5))
+    pale = [tuple(0.35 * np.array(rgb) + 0.65) for rgb in colours[BACKWARD]]
+    ax.add_collection(PatchCollection(boxes[BACKWARD], facecolors=pale, edgecolors=colours[BACKWARD],
+                                      linewidths=0.5, hatch="///"))
+    ax.set_xlim(0, T * width)
+    ax.set_ylim(S, 0)
+    ax.set_yticks([s + 0.5 for s in range(S)], [f"stage {s}" for s in range(S)], fontsize=8)
+    ax.set_xlabel("time (one stage's pass of one microbatch = 1)", fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(title if title is not None else
+                 f"{schedule.name}: {S} stages, {schedule.microbatches} microbatches, "
+                 f"bubble {bubble_fraction(schedule):.1%} (filled: forward, pale and hatched: backward, grey: idle)",
+                 fontsize=9)
+    return fig

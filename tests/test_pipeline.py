@@ -1,0 +1,104 @@
+"""The pipeline schedules: their tables, bubbles, in-flight counts and pictures."""
+
+import numpy as np
+import pytest
+
+from shardlab.pipeline import (BACKWARD, FORWARD, IDLE, Schedule, bubble_fraction, bubble_model, circular_schedule,
+                               draw_schedule, gpipe_schedule, in_flight, one_f_one_b_schedule)
+
+SIZES = [(1, 1), (2, 1), (2, 5), (4, 4), (4, 8), (8, 16), (3, 7)]
+
+
+def every_pass_once(sched: Schedule):
+    """Each stage does each (phase, microbatch, chunk) exactly once."""
+    for s in range(sched.stages):
+        seen = [(p, m, c) for p, m, c in zip(sched.phase[s], sched.microbatch[s], sched.chunk[s]) if p != IDLE]
+        expected = {(p, m, c) for p in (FORWARD, BACKWARD) for m in range(sched.microbatches)
+                    for c in range(sched.virtual)}
+        assert len(seen) == len(expected) and set(seen) == expected
+
+
+def dependencies_hold(sched: Schedule):
+    """A forward pass comes after the previous layer's, a backward pass after the next layer's."""
+    S, V = sched.stages, sched.virtual
+    when = {}
+    for s in range(S):
+        for t in range(sched.steps):
+            if sched.phase[s, t] != IDLE:
+                layer = sched.chunk[s, t] * S + s          # the chunk's place in the model
+                when[(sched.phase[s, t], sched.microbatch[s, t], layer)] = t
+    for (p, m, layer), t in when.items():
+        if p == FORWARD and layer > 0:
+            assert when[(FORWARD, m, layer - 1)] < t
+        if p == BACKWARD:
+            before = (BACKWARD, m, layer + 1) if layer < S * V - 1 else (FORWARD, m, layer)
+            assert when[before] < t
+
+
+@pytest.mark.parametrize("stages,microbatches", SIZES)
+def test_gpipe_and_1f1b_share_the_bubble_formula(stages, microbatches):
+    for sched in (gpipe_schedule(stages, microbatches), one_f_one_b_schedule(stages, microbatches)):
+        every_pass_once(sched)
+        dependencies_hold(sched)
+        assert sched.steps == 2 * (microbatches + stages - 1)
+        assert bubble_fraction(sched) == pytest.approx(bubble_model(stages, microbatches))
+
+
+@pytest.mark.parametrize("stages,microbatches", SIZES)
+def test_1f1b_keeps_at_most_stages_in_flight(stages, microbatches):
+    assert in_flight(gpipe_schedule(stages, microbatches)).tolist() == [microbatches] * stages
+    flight = in_flight(one_f_one_b_schedule(stages, microbatches))
+    assert flight.tolist() == [min(stages - s, microbatches) for s in range(stages)]
+
+
+@pytest.mark.parametrize("stages,microbatches,virtual", [(4, 8, 2), (4, 4, 2), (2, 8, 4), (8, 16, 2), (3, 9, 3)])
+def test_circular_bubble_is_smaller(stages, microbatches, virtual):
+    sched = circular_schedule(stages, microbatches, virtual)
+    every_pass_once(sched)
+    dependencies_hold(sched)
+    assert sched.bubble == pytest.approx(bubble_model(stages, microbatches, virtual))
+    assert sched.bubble < gpipe_schedule(stages, microbatches).bubble
+
+
+def test_gpipe_forward_table():
+    mb, chunk = gpipe_schedule(3, 2).forward_table()
+    assert mb.tolist() == [[0, 1, -1, -1], [-1, 0, 1, -1], [-1, -1, 0, 1]]
+    assert chunk.tolist() == [[0, 0, -1, -1], [-1, 0, 0, -1], [-1, -1, 0, 0]]
+
+
+def test_circular_forward_table():
+    mb, chunk = circular_schedule(2, 2, 2).forward_table()
+    assert mb.tolist() == [[0, 1, 0, 1, -1], [-1, 0, 1, 0, 1]]
+    assert chunk.tolist() == [[0, 0, 1, 1, -1], [-1, 0, 0, 1, 1]]
+
+
+def test_backward_mirrors_forward():
+    sched = circular_schedule(4, 8, 2)
+    half = sched.steps // 2
+    assert np.array_equal(sched.microbatch[:, half:], sched.microbatch[:, :half][:, ::-1])
+    assert set(np.unique(sched.phase[:, half:])) <= {IDLE, BACKWARD}
+
+
+@pytest.mark.parametrize("call", [lambda: gpipe_schedule(0, 4), lambda: gpipe_schedule(4, 2.5),
+                                  lambda: one_f_one_b_schedule(2, -1), lambda: circular_schedule(4, 6, 2),
+                                  lambda: circular_schedule(4, 8, 0), lambda: bubble_model(True, 4)])
+def test_bad_sizes_are_refused(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_not_a_schedule_is_refused():
+    for f in (bubble_fraction, in_flight, draw_schedule):
+        with pytest.raises(ValueError, match="schedule"):
+            f("GPipe")
+
+
+def test_draw_schedule_cells():
+    sched = circular_schedule(2, 2, 2)
+    fig = draw_schedule(sched)
+    ax = fig.axes[0]
+    assert sum(len(c.get_paths()) for c in ax.collections) == sched.stages * sched.steps
+    assert ax.get_xlim() == (0, sched.steps / 2)
+    labels = {t.get_text() for t in ax.texts}
+    assert {"0a", "1a", "0b", "1b"} <= labels
+    assert fig._repr_png_()[:4] == b"\x89PNG"
