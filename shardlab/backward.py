@@ -152,15 +152,12 @@ def _computations(text: str) -> tuple[dict, str | None]:
     return comps, entry
 
 
-def _loop_trips(text: str) -> dict:
-    """``{instruction name: how many times one call of the program runs it}``.
+def _callers(text: str) -> tuple[dict, dict, str | None]:
+    """``(computations, {computation: [(caller, trips, is a while body)]}, ENTRY name)`` of HLO text.
 
-    The ENTRY computation runs once; a computation runs as many times as the computations that call it,
-    times the trip count where it is a ``while`` body, summed over its call sites. ``None`` where a loop
-    on the way has no recorded trip count.
+    ``trips`` is the loop's recorded trip count where the computation is a ``while`` body (``None`` if
+    XLA recorded none), 1 for any other call.
     """
-    from functools import cache
-
     comps, entry = _computations(text)
     callers: dict = {name: [] for name in comps}
     for name, lines in comps.items():
@@ -174,14 +171,44 @@ def _loop_trips(text: str) -> dict:
                 for callee in m.group(1).strip("{}").split(","):
                     callee = callee.strip().lstrip("%")
                     if callee in callers and callee != name:
-                        callers[callee].append((name, trips if body and callee == body.group(1) else 1))
+                        is_body = bool(body) and callee == body.group(1)
+                        callers[callee].append((name, trips if is_body else 1, is_body))
+    return comps, callers, entry
+
+
+def _loop_depths(text: str) -> dict:
+    """``{instruction name: how many while-loop bodies enclose it}`` (the most over its call sites)."""
+    from functools import cache
+
+    comps, callers, entry = _callers(text)
+
+    @cache
+    def depth(name):
+        if name == entry or not callers[name]:
+            return 0
+        return max(depth(caller) + is_body for caller, _, is_body in callers[name])
+
+    return {m.group(1): depth(name) for name, lines in comps.items() for line in lines
+            if (m := _INSTR_NAME.match(line))}
+
+
+def _loop_trips(text: str) -> dict:
+    """``{instruction name: how many times one call of the program runs it}``.
+
+    The ENTRY computation runs once; a computation runs as many times as the computations that call it,
+    times the trip count where it is a ``while`` body, summed over its call sites. ``None`` where a loop
+    on the way has no recorded trip count.
+    """
+    from functools import cache
+
+    comps, callers, entry = _callers(text)
 
     @cache
     def runs(name):                 # HLO's call graph has no cycles
         if name == entry:
             return 1
         total = 0
-        for caller, factor in callers[name]:
+        for caller, factor, _ in callers[name]:
             r = runs(caller)
             if r is None or factor is None:
                 return None
@@ -199,15 +226,16 @@ def _loop_trips(text: str) -> dict:
 
 @dataclass(frozen=True)
 class LoopedCollective:
-    """One collective of a compiled program and how many times one call runs it (``trips``;
-    ``None`` where the loop around it has no known trip count)."""
+    """One collective of a compiled program, how many times one call runs it (``trips``; ``None``
+    where a loop around it has no known trip count) and how many ``while`` loops enclose it (``loops``)."""
 
     collective: object
     trips: int | None
+    loops: int = 0
 
     @property
     def bytes_per_step(self):
-        """Modelled bytes one device sends over all trips (the ring model, see :mod:`shardlab.compiled`)."""
+        """Modelled bytes one device sends over all trips (the ring model, see ``shardlab.cost_model``)."""
         return None if self.trips is None else self.collective.bytes_per_device * self.trips
 
 
@@ -239,7 +267,7 @@ class StepCollectives(tuple):
         if not self:
             return "No collectives."
         lines = [f"{c.collective.kind} {c.collective._shapes_text()}: "
-                 + ("in a loop of unknown trip count" if c.trips is None else
+                 + (f"inside {c.loops} loop(s) of unknown trip count" if c.trips is None else
                     "runs once" if c.trips == 1 else f"runs {c.trips} times (inside a loop)")
                  for c in self]
         return "\n".join(lines + [f"modelled bytes per device per call: {self.bytes_per_step:,}"
@@ -254,15 +282,18 @@ def collectives_per_step(compiled) -> StepCollectives:
 
     ``compiled`` is what ``jax.jit(f).lower(...).compile()`` returns (or a
     :class:`~shardlab.CompiledProgram`). A collective in the body of a ``while`` loop runs once
-    per trip; the trip count is the one XLA recorded for the loop (``known_trip_count``).
+    per trip; the trip count is the one XLA recorded for the loop (``known_trip_count``). Where XLA
+    recorded none (XLA:TPU's loops, for one), ``trips`` is ``None`` and ``loops`` still says how many
+    loops enclose the collective.
     """
     compiled = getattr(compiled, "compiled", compiled)
     if not hasattr(compiled, "as_text"):
         raise ValueError("collectives_per_step: compiled must be a compiled program "
                          f"(jax.jit(f).lower(...).compile()), got {type(compiled).__name__}")
     report = collectives_in_compiled(compiled)
-    trips = _loop_trips(compiled.as_text())
-    return StepCollectives(LoopedCollective(c, trips.get(c.name, 1)) for c in report)
+    text = compiled.as_text()
+    trips, depths = _loop_trips(text), _loop_depths(text)
+    return StepCollectives(LoopedCollective(c, trips.get(c.name, 1), depths.get(c.name, 0)) for c in report)
 
 
 # --------------------------------------------------------------------------

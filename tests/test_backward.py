@@ -10,7 +10,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
-from shardlab.backward import (_loop_trips, collectives_per_step, split_microbatches, transpose_table,  # noqa: E402
+from shardlab.backward import (_loop_depths, _loop_trips, collectives_per_step, split_microbatches, transpose_table,  # noqa: E402
                                transposed_collectives)
 
 MESH = jax.make_mesh((8,), ("x",))
@@ -58,6 +58,12 @@ def test_loop_trips_multiply_through_nested_loops():
     assert trips["all-reduce.unknown"] is None
 
 
+def test_loop_depths_count_the_enclosing_loops_even_without_trip_counts():
+    depths = _loop_depths(NESTED)
+    assert (depths["all-reduce.top"], depths["all-reduce.outer"], depths["all-reduce.inner"]) == (0, 1, 2)
+    assert depths["all-reduce.unknown"] == 1
+
+
 def test_collectives_per_step_counts_a_scan_body_once_per_trip():
     def psum_each(xs):
         def body(c, b):
@@ -70,6 +76,7 @@ def test_collectives_per_step_counts_a_scan_body_once_per_trip():
     steps = collectives_per_step(compiled)
     assert len(shardlab.collectives_in_compiled(compiled)) == 1      # written once
     assert steps.runs == 5 and steps.kinds()["all-reduce"] == 5       # run once per trip
+    assert steps[0].loops == 1 and "runs 5 times" in str(steps)
     assert steps.bytes_per_step == 5 * steps[0].collective.bytes_per_device
     np.testing.assert_allclose(jax.jit(f)(xs), 5 * 8 * np.ones((2, 4)))
 
