@@ -53,7 +53,7 @@ class Schedule:
 
     @property
     def bubble(self) -> float:
-        """The bubble fraction: :func:`bubble_fraction` of this schedule."""
+        """This schedule's bubble fraction, as :func:`bubble_fraction` computes it."""
         return bubble_fraction(self)
 
     def forward_table(self) -> tuple[np.ndarray, np.ndarray]:
@@ -169,7 +169,10 @@ def bubble_fraction(schedule: Schedule) -> float:
 
 
 def bubble_model(stages: int, microbatches: int, virtual: int = 1) -> float:
-    """The usual formula for the bubble fraction, ``(S - 1) / (virtual * M + S - 1)``."""
+    """The usual formula for the bubble fraction, ``(S - 1) / (virtual * M + S - 1)``: idle time over the
+    whole step, each pass of one chunk taking ``1 / virtual`` of a stage's pass. ``virtual=1``: GPipe and
+    1F1B; ``virtual > 1``: the circular schedule here and Megatron-LM's interleaved 1F1B (which writes it
+    as ``(S - 1) / (virtual * M)``, idle time over busy time)."""
     stages, microbatches, virtual = (_positive("stages", stages), _positive("microbatches", microbatches),
                                      _positive("virtual", virtual))
     return (stages - 1) / (virtual * microbatches + stages - 1)

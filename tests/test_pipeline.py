@@ -60,6 +60,11 @@ def test_circular_bubble_is_smaller(stages, microbatches, virtual):
     assert sched.bubble < gpipe_schedule(stages, microbatches).bubble
 
 
+def test_circular_keeps_every_microbatch_in_flight():
+    # GPipe's order: every forward pass (V chunks of each microbatch) before any backward pass.
+    assert in_flight(circular_schedule(4, 8, 2)).tolist() == [8.0] * 4
+
+
 def test_gpipe_forward_table():
     mb, chunk = gpipe_schedule(3, 2).forward_table()
     assert mb.tolist() == [[0, 1, -1, -1], [-1, 0, 1, -1], [-1, -1, 0, 1]]
