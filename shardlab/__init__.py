@@ -27,6 +27,7 @@ from shardlab.pipeline import (Schedule, bubble_fraction, bubble_model, circular
                                gpipe_schedule, in_flight, one_f_one_b_schedule)
 from shardlab.backward import (LoopedCollective, StepCollectives, Transpose, TransposeTable, collectives_per_step,
                                split_microbatches, transpose_table, transposed_collectives)
+from shardlab.experts import Routing, dispatch_and_combine, expert_capacity, expert_load, top_k_routing
 
 __all__ = [
     # set-up and exercises
@@ -61,5 +62,7 @@ __all__ = [
     # the backward pass: forward collective -> backward collective, collectives per step with loops
     "transposed_collectives", "transpose_table", "Transpose", "TransposeTable", "collectives_per_step",
     "StepCollectives", "LoopedCollective", "split_microbatches",
+    # experts: top-k routing with a capacity per expert, the dispatch and combine tensors, the load
+    "expert_capacity", "top_k_routing", "Routing", "dispatch_and_combine", "expert_load",
 ]
 __version__ = "0.1.0"

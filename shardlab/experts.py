@@ -1,0 +1,130 @@
+"""Mixture-of-experts routing: top-k choices, a capacity per expert, and which choices are dropped.
+
+The rule, one group of tokens at a time (a group is the tokens one device holds):
+
+* each token picks its ``k`` experts of highest router probability (``softmax`` of the logits); its gates are
+  those ``k`` probabilities divided by their sum;
+* every expert takes at most ``capacity`` choices from the group, where
+  ``capacity = ceil(capacity_factor * tokens * k / experts)`` (:func:`expert_capacity`);
+* priority is by choice rank, then by position: every token's first choice is served before any second
+  choice, and among choices of one rank the earlier token comes first. A choice that finds its expert full is
+  *dropped*: it contributes nothing to the token's output.
+
+:func:`top_k_routing` computes this with ``jax.numpy`` (inside ``jax.jit`` or ``jax.shard_map`` as well as
+outside), :func:`dispatch_and_combine` turns it into the dense one-hot tensors that move tokens into the
+experts' slots and back, and :func:`expert_load` counts the kept and dropped choices per expert.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["Routing", "expert_capacity", "top_k_routing", "dispatch_and_combine", "expert_load"]
+
+
+def _positive_int(name: str, value, fn: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{fn}: {name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def expert_capacity(tokens: int, experts: int, k: int, capacity_factor) -> int:
+    """Slots per expert for a group of ``tokens`` tokens: ``ceil(capacity_factor * tokens * k / experts)``.
+
+    ``tokens * k / experts`` is what each expert would get if the router spread the choices evenly; the
+    capacity factor scales it. The product is taken in exact rational arithmetic (``capacity_factor`` as the
+    decimal it prints as), so ``1.1 * 80 * 1 / 8`` gives 11, not 12.
+    """
+    tokens = _positive_int("tokens", tokens, "expert_capacity")
+    experts = _positive_int("experts", experts, "expert_capacity")
+    k = _positive_int("k", k, "expert_capacity")
+    if k > experts:
+        raise ValueError(f"expert_capacity: k must be at most experts ({experts}), got {k}")
+    if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float, np.integer, np.floating,
+                                                                              Fraction)) \
+            or not capacity_factor > 0 or not math.isfinite(capacity_factor):
+        raise ValueError(f"expert_capacity: capacity_factor must be a positive number, got {capacity_factor!r}")
+    factor = capacity_factor if isinstance(capacity_factor, Fraction) else Fraction(repr(float(capacity_factor)))
+    return max(1, math.ceil(factor * tokens * k / experts))
+
+
+class Routing(NamedTuple):
+    """Where each of a group's token choices goes (arrays of shape ``(tokens, k)``).
+
+    ``expert``: the chosen expert; ``gate``: its weight in the token's output; ``slot``: the choice's place in
+    its expert's queue (0, 1, ...; by choice rank, then position); ``kept``: ``slot < capacity``.
+    """
+
+    expert: object
+    gate: object
+    slot: object
+    kept: object
+
+
+def top_k_routing(logits, k: int, capacity: int) -> Routing:
+    """Route a group of tokens: each picks ``k`` experts, each expert keeps at most ``capacity`` choices.
+
+    ``logits``: the router's scores, shape ``(tokens, experts)``. Choices are served by rank, then position
+    (all first choices before any second choice; earlier tokens first), so which ones are dropped depends
+    only on the logits. Uses ``jax.numpy``: call it inside a jitted function or ``jax.shard_map``, or on its own.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    k = _positive_int("k", k, "top_k_routing")
+    capacity = _positive_int("capacity", capacity, "top_k_routing")
+    if getattr(logits, "ndim", None) != 2:
+        raise ValueError(f"top_k_routing: logits must have shape (tokens, experts), got shape "
+                         f"{getattr(logits, 'shape', None)}")
+    tokens, experts = logits.shape
+    if k > experts:
+        raise ValueError(f"top_k_routing: k must be at most the number of experts ({experts}), got {k}")
+    probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+    top, expert = jax.lax.top_k(probs, k)                                # (tokens, k), best first
+    gate = top / top.sum(axis=-1, keepdims=True)
+    by_rank = jax.nn.one_hot(expert.T.reshape(-1), experts, dtype=jnp.int32)    # (k * tokens, experts), rank-major
+    slot = ((jnp.cumsum(by_rank, axis=0) - 1) * by_rank).sum(axis=-1)   # place in its expert's queue
+    slot = slot.reshape(k, tokens).T
+    return Routing(expert=expert, gate=gate, slot=slot, kept=slot < capacity)
+
+
+def dispatch_and_combine(routing: Routing, experts: int, capacity: int, dtype=None):
+    """The one-hot tensors of a routing, shape ``(tokens, experts, capacity)``: ``(dispatch, combine)``.
+
+    ``dispatch[t, e, c]`` is 1 where token ``t`` fills slot ``c`` of expert ``e`` (kept choices only), so
+    ``einsum("tec,td->ecd", dispatch, x)`` fills the experts' buffers; ``combine`` holds the gates in the
+    same places, so ``einsum("tec,ecd->td", combine, y)`` brings the experts' outputs back, weighted.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    experts = _positive_int("experts", experts, "dispatch_and_combine")
+    capacity = _positive_int("capacity", capacity, "dispatch_and_combine")
+    dtype = dtype or jnp.float32
+    where = (jax.nn.one_hot(routing.expert, experts, dtype=dtype)[..., :, None]
+             * jax.nn.one_hot(jnp.where(routing.kept, routing.slot, capacity), capacity, dtype=dtype)[..., None, :])
+    dispatch = where.sum(axis=1)                                          # over the k choices
+    combine = (where * routing.gate.astype(dtype)[..., None, None]).sum(axis=1)
+    return dispatch, combine
+
+
+def expert_load(expert, kept, experts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Choices kept and dropped per expert, as two integer arrays of length ``experts``.
+
+    ``expert`` and ``kept`` are a routing's fields (any shape, the same for both; several groups may be
+    stacked). Their sum per expert is the expert's demand, what the router asked of it.
+    """
+    experts = _positive_int("experts", experts, "expert_load")
+    expert, kept = np.asarray(expert), np.asarray(kept, bool)
+    if expert.shape != kept.shape:
+        raise ValueError(f"expert_load: expert and kept must have the same shape, got {expert.shape} and "
+                         f"{kept.shape}")
+    if expert.size and (expert.min() < 0 or expert.max() >= experts):
+        raise ValueError(f"expert_load: expert holds values outside 0..{experts - 1}")
+    kept_per = np.bincount(expert[kept], minlength=experts)
+    dropped_per = np.bincount(expert[~kept], minlength=experts)
+    return kept_per, dropped_per

@@ -1,0 +1,108 @@
+"""Mixture-of-experts routing: the capacity rule, the priority of choices, dispatch and combine, the load."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from shardlab.experts import Routing, dispatch_and_combine, expert_capacity, expert_load, top_k_routing
+
+
+def test_capacity_rule():
+    assert expert_capacity(64, 16, 2, 1.25) == 10          # ceil(10.0)
+    assert expert_capacity(64, 16, 2, 1.3) == 11           # ceil(10.4)
+    assert expert_capacity(80, 8, 1, 1.1) == 11            # exactly 11, not 11.000000000000002 -> 12
+    assert expert_capacity(256, 16, 2, 2.0) == 64
+    assert expert_capacity(4, 16, 1, 0.5) == 1             # at least one slot
+    assert expert_capacity(10, 4, 2, Fraction(1, 3)) == 2  # ceil(5/3)
+
+
+@pytest.mark.parametrize("args,name", [((0, 4, 1, 1.0), "tokens"), ((4, 0, 1, 1.0), "experts"),
+                                       ((4, 4, 0, 1.0), "k"), ((4, 4, 5, 1.0), "k"),
+                                       ((4, 4, 1, 0.0), "capacity_factor"), ((4, 4, 1, float("inf")), "capacity_factor"),
+                                       ((4, 4, 1, True), "capacity_factor"), ((4.0, 4, 1, 1.0), "tokens")])
+def test_capacity_rejects_bad_input(args, name):
+    with pytest.raises(ValueError, match=name):
+        expert_capacity(*args)
+
+
+def brute_force(logits, k, capacity):
+    """The rule written as loops: top-k by probability, then slots by rank, then position."""
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    tokens, experts = logits.shape
+    expert = np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+    taken = np.zeros(experts, int)
+    slot = np.zeros((tokens, k), int)
+    for rank in range(k):
+        for t in range(tokens):
+            slot[t, rank] = taken[expert[t, rank]]
+            taken[expert[t, rank]] += 1
+    gate = np.take_along_axis(probs, expert, -1)
+    return expert, gate / gate.sum(-1, keepdims=True), slot, slot < capacity
+
+
+@pytest.mark.parametrize("tokens,experts,k,capacity", [(16, 4, 1, 3), (32, 8, 2, 5), (20, 6, 3, 4), (8, 8, 2, 1)])
+def test_routing_matches_the_rule(tokens, experts, k, capacity):
+    logits = np.random.default_rng(tokens + experts).normal(size=(tokens, experts)).astype(np.float32)
+    r = top_k_routing(logits, k, capacity)
+    assert isinstance(r, Routing)
+    expert, gate, slot, kept = brute_force(logits.astype(np.float64), k, capacity)
+    np.testing.assert_array_equal(r.expert, expert)
+    np.testing.assert_allclose(r.gate, gate, rtol=1e-5)
+    np.testing.assert_array_equal(r.slot, slot)
+    np.testing.assert_array_equal(r.kept, kept)
+    assert np.asarray(r.kept).sum() <= experts * capacity
+
+
+def test_first_choices_come_before_second_choices():
+    # Every token prefers expert 0, then expert 1; one slot each: token 0 gets expert 0, token 0 expert 1,
+    # and every later token is dropped twice. With k=2 a token's second choice never pushes out a first one.
+    logits = np.tile(np.array([[3.0, 2.0, 0.0]], np.float32), (4, 1))
+    r = top_k_routing(logits, 2, 1)
+    assert np.asarray(r.kept).tolist() == [[True, True]] + [[False, False]] * 3
+    logits[2] = [2.0, 3.0, 0.0]                 # token 2 prefers expert 1: its first choice wins slot 0
+    r = top_k_routing(logits, 2, 1)
+    assert np.asarray(r.kept).tolist() == [[True, False], [False, False], [True, False], [False, False]]
+
+
+def test_dispatch_and_combine_move_tokens_and_back():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(24, 5)).astype(np.float32)
+    logits = rng.normal(size=(24, 6)).astype(np.float32)
+    r = top_k_routing(logits, 2, 5)
+    dispatch, combine = dispatch_and_combine(r, 6, 5)
+    assert dispatch.shape == combine.shape == (24, 6, 5)
+    dispatch, combine = np.asarray(dispatch), np.asarray(combine)
+    assert dispatch.sum(axis=0).max() <= 1                  # a slot holds one token at most
+    assert dispatch.sum() == np.asarray(r.kept).sum()
+    buffers = np.einsum("tec,td->ecd", dispatch, x)
+    # identity experts: each token comes back as the sum of its kept gates times itself
+    back = np.einsum("tec,ecd->td", combine, buffers)
+    kept_gate = (np.asarray(r.gate) * np.asarray(r.kept)).sum(-1)
+    np.testing.assert_allclose(back, kept_gate[:, None] * x, rtol=1e-5, atol=1e-6)
+
+
+def test_routing_rejects_bad_input():
+    with pytest.raises(ValueError, match="logits"):
+        top_k_routing(np.zeros(5, np.float32), 1, 1)
+    with pytest.raises(ValueError, match="k"):
+        top_k_routing(np.zeros((4, 3), np.float32), 4, 1)
+    with pytest.raises(ValueError, match="capacity"):
+        top_k_routing(np.zeros((4, 3), np.float32), 1, 0)
+    with pytest.raises(ValueError, match="experts"):
+        dispatch_and_combine(top_k_routing(np.zeros((4, 3), np.float32), 1, 1), 0, 1)
+
+
+def test_expert_load():
+    expert = np.array([[0, 1], [0, 2], [0, 1]])
+    kept = np.array([[True, True], [True, True], [False, False]])
+    kept_per, dropped_per = expert_load(expert, kept, 4)
+    assert kept_per.tolist() == [2, 1, 1, 0]
+    assert dropped_per.tolist() == [1, 1, 0, 0]
+    with pytest.raises(ValueError, match="same shape"):
+        expert_load(expert, kept[:1], 4)
+    with pytest.raises(ValueError, match="outside"):
+        expert_load(expert, kept, 2)
+    with pytest.raises(ValueError, match="experts"):
+        expert_load(expert, kept, 0)
