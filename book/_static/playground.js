@@ -1,7 +1,7 @@
 /* The sharding playground: a second implementation of shardlab's layout maths, in the browser.
  *
  * Python stays the definition (shardlab/layout.py for layouts, shardlab/draw.py for pictures,
- * shardlab/cost_model.py for the ring model); this file mirrors them so that a reader can try any mesh
+ * shardlab/cost_model.py for the bytes collectives send); this file mirrors them so that a reader can try any mesh
  * and PartitionSpec with no kernel. tests/browser/test_playground.py compares it with JAX.
  *
  * The maths is exposed as window.ShardingPlayground (pure functions, no DOM); the page wiring at the
@@ -302,14 +302,23 @@
   }
 
   // ------------------------------------------------------------------------------------------------
-  // Resharding under the ring model (shardlab/cost_model.py)
+  // Resharding: the moves and the bytes each device sends (shardlab/cost_model.py)
 
-  // Bytes one device sends, per kind, for a group of n devices (the formulas of cost_model.py).
-  const RING = {
+  // Bytes one device sends, per kind, for a group of n devices (the formulas of cost_model.py). All-to-all
+  // is not a ring formula there: bytes_all_to_all counts a direct exchange (every device linked to every
+  // other), and bytes_all_to_all_ring the same exchange forwarded around a bidirectional ring.
+  const MODEL = {
     "all-gather": (resultBytes, n) => (resultBytes * (n - 1)) / n,         // bytes_all_gather
     "all-to-all": (operandBytes, n) => (operandBytes * (n - 1)) / n,       // bytes_all_to_all (direct exchange)
     "collective-permute": (operandBytes) => operandBytes,                  // bytes_permute, for a device that sends
   };
+
+  /** bytes_all_to_all_ring(operandBytes, n): the piece for the device k places away travels min(k, n-k) hops. */
+  function allToAllRingBytes(operandBytes, n) {
+    let hops = 0;
+    for (let k = 1; k < n; k++) hops += Math.min(k, n - k);
+    return (operandBytes * hops) / n;
+  }
 
   const fromAxes = (axes) => (axes.length === 0 ? null : axes.length === 1 ? axes[0] : axes);
 
@@ -331,13 +340,16 @@
 
   /**
    * What resharding `from` -> `to` (two spec entry lists, both valid for `shape`) costs, as the list of
-   * moves of the ring model. When every tile of `to` lies inside a tile of `from` (each dimension's piece
-   * count divides the new one), no gather is needed: a device cuts its new tile out of its old one (a
-   * local slice, nothing sent) or receives it from a device that holds it (a collective-permute of the
-   * new tile). Otherwise, in order: a local slice for each axis `to` adds, an all-to-all for each axis
-   * that changes dimension, one all-gather over the axes `to` drops, and a collective-permute when the
-   * tiles then sit on other devices than `to` puts them on. Axes of size 1 move nothing and are ignored.
-   * Each move: {kind, axes, group, bytes (sent per sending device), sending (devices that send)}.
+   * moves of the page's model. When every tile of `to` lies inside a tile of `from` (each dimension's
+   * piece count divides the new one), no gather is needed: a device cuts its new tile out of its old one
+   * (a local slice, nothing sent) or receives it from a device that holds it (a collective-permute of the
+   * new tile). Otherwise, in order: a local slice for the axes `to` adds, an all-to-all for the axes that
+   * change dimension (one per pair of dimensions), one all-gather over the axes `to` drops, and a
+   * collective-permute when the tiles then sit on other devices than `to` puts them on. Slicing first and
+   * gathering last keep the shards that travel small; XLA often gathers first and sends more (the page's
+   * prose gives the counts). Axes of size 1 move nothing and are ignored.
+   * Each move: {kind, axes, group (devices per group), bytes (sent per device that sends, cost_model.py's
+   * count), ringBytes (all-to-all only: bytes_all_to_all_ring), receivers (devices that receive data)}.
    */
   function reshardPlan(mesh, from, to, shape, itemsize) {
     const size = (a) => mesh.sizes[mesh.names.indexOf(a)];
@@ -357,13 +369,13 @@
     // The last step: cut each new tile out of an old one, here or on another device.
     const finish = (dims) => {
       const now = layoutOf(dims);
-      const sending = devicesMissingTheirTile(now, target);
-      if (sending) {
+      const receivers = devicesMissingTheirTile(now, target);
+      if (receivers) {
         moves.push({ kind: "collective-permute", axes: want.flat(), group: n,
-          bytes: RING["collective-permute"](shardBytes(want)), sending });
+          bytes: MODEL["collective-permute"](shardBytes(want)), receivers });
       } else if (now.shards.some((k, d) => k !== target.shards[d])) {
         moves.push({ kind: "slice", axes: want.flat().filter((a) => dimOf(dims, a) < 0),
-          group: prod(target.shards) / prod(now.shards), bytes: 0, sending: 0 });
+          group: prod(target.shards) / prod(now.shards), bytes: 0, receivers: 0 });
       }
       return moves;
     };
@@ -372,22 +384,33 @@
     const added = want.flat().filter((a) => dimOf(cur, a) < 0);
     if (added.length) {
       added.forEach((a) => cur[dimOf(want, a)].push(a));
-      moves.push({ kind: "slice", axes: added, group: prod(added.map(size)), bytes: 0, sending: 0 });
+      moves.push({ kind: "slice", axes: added, group: prod(added.map(size)), bytes: 0, receivers: 0 });
     }
+    // Axes that leave the same dimension for the same other one go in one all-to-all over their product:
+    // one exchange in a group of n1*n2 sends less than two in groups of n1 and n2 (XLA does the same).
+    const moving = new Map();   // "from>to" -> axes, in the order `to` lists them
     for (const a of want.flat()) {
       const at = dimOf(cur, a);
       const goal = dimOf(want, a);
       if (at === goal) continue;
+      const key = `${at}>${goal}`;
+      if (!moving.has(key)) moving.set(key, []);
+      moving.get(key).push(a);
+    }
+    for (const [key, axes] of moving) {
+      const [at, goal] = key.split(">").map(Number);
       const operand = shardBytes(cur);
-      cur[at].splice(cur[at].indexOf(a), 1);
-      cur[goal].push(a);
-      moves.push({ kind: "all-to-all", axes: [a], group: size(a), bytes: RING["all-to-all"](operand, size(a)), sending: n });
+      const group = prod(axes.map(size));
+      cur[at] = cur[at].filter((a) => !axes.includes(a));
+      cur[goal].push(...axes);
+      moves.push({ kind: "all-to-all", axes, group, bytes: MODEL["all-to-all"](operand, group),
+        ringBytes: allToAllRingBytes(operand, group), receivers: n });
     }
     const dropped = cur.flat().filter((a) => dimOf(want, a) < 0);
     if (dropped.length) {
       cur.forEach((axes, d) => { cur[d] = axes.filter((a) => !dropped.includes(a)); });
       const group = prod(dropped.map(size));
-      moves.push({ kind: "all-gather", axes: dropped, group, bytes: RING["all-gather"](shardBytes(cur), group), sending: n });
+      moves.push({ kind: "all-gather", axes: dropped, group, bytes: MODEL["all-gather"](shardBytes(cur), group), receivers: n });
     }
     return finish(cur);
   }
@@ -704,6 +727,28 @@
 
   const FIELDS = ["shape", "dtype", "spec", "spec2", "order"];
 
+  /** The inputs an InputError's field names, so that they can be marked invalid for assistive technology. */
+  function inputsOf(field) {
+    const axis = /^mesh axis (\d)$/.exec(field);
+    if (axis) return [`pg-axis-name-${axis[1] - 1}`, `pg-axis-size-${axis[1] - 1}`];
+    return { "mesh axes": [...Array(MAX_AXES).keys()].map((k) => `pg-axis-size-${k}`), shape: ["pg-shape"],
+      spec: ["pg-spec"], "second spec": ["pg-spec2"], "device order": ["pg-order"] }[field] || [];
+  }
+
+  /** Marks the inputs of `field` (or none) invalid and ties them to the error message. */
+  function markInvalid(field) {
+    for (const el of byId("pg-form").querySelectorAll("input, select")) {
+      const bad = field !== null && inputsOf(field).includes(el.id);
+      if (bad) el.setAttribute("aria-invalid", "true");   // an empty aria-invalid means false
+      else el.removeAttribute("aria-invalid");
+      // Keep the input's own descriptions (the device order's note) and add or remove the error's.
+      const ids = (el.getAttribute("aria-describedby") || "").split(" ").filter((id) => id && id !== "pg-error");
+      if (bad) ids.unshift("pg-error");
+      if (ids.length) el.setAttribute("aria-describedby", ids.join(" "));
+      else el.removeAttribute("aria-describedby");
+    }
+  }
+
   /** The form's state as a plain object (what the URL fragment holds). */
   function readForm() {
     const state = { mesh: [] };
@@ -754,27 +799,36 @@
 
   function describeMove(m) {
     const axes = m.axes.map(pyStr).join(", ");
-    const sent = `${formatBytes(m.bytes)} sent per device`;
     switch (m.kind) {
       case "slice":
         return `<strong>local slice</strong> along ${axes}: each device keeps 1/${m.group} of what it holds; `
           + "nothing is sent";
       case "collective-permute":
-        return "<strong>collective-permute</strong>: each new tile comes from a device that holds it; "
-          + `${formatBytes(m.bytes)} sent by each of the ${m.sending} devices that send`;
-      default:   // all-to-all, all-gather
-        return `<strong>${m.kind}</strong> over ${axes} (groups of ${m.group}): ${sent}`;
+        return `<strong>collective-permute</strong>: ${m.receivers} of the ${m.group} devices do not hold their `
+          + `new tile and receive it whole from a device that does: ${formatBytes(m.bytes)} sent by each device `
+          + "that sends";
+      case "all-to-all":
+        return `<strong>all-to-all</strong> over ${axes} (groups of ${m.group}): ${formatBytes(m.bytes)} sent per `
+          + `device as a direct exchange; ${formatBytes(m.ringBytes)} when the pieces are forwarded around a `
+          + "bidirectional ring";
+      default:   // all-gather
+        return `<strong>all-gather</strong> over ${axes} (groups of ${m.group}): ${formatBytes(m.bytes)} sent per `
+          + "device (ring)";
     }
   }
 
   function describeMoves(moves) {
     if (moves.length === 0) return "<p>Nothing moves: both specs put the same tiles on the same devices.</p>";
-    const total = moves.reduce((sum, m) => sum + m.bytes, 0);
+    const sum = (bytesOf) => moves.reduce((total, m) => total + bytesOf(m), 0);
+    const total = sum((m) => m.bytes);
+    const ringTotal = sum((m) => m.ringBytes ?? m.bytes);
+    const ring = moves.some((m) => m.kind === "all-to-all")
+      ? ` (all-to-all as a direct exchange; ${formatBytes(ringTotal)} with it forwarded around a ring)` : "";
     const row = xlaRow(moves);
     const xla = row ? `<p class="pg-xla">Where XLA chose otherwise for these moves in the book's tests: `
       + `${escapeHtml(row.cells[1].textContent)} (see the table below).</p>` : "";
     return `<ol>${moves.map((m) => `<li>${describeMove(m)}</li>`).join("")}</ol>`
-      + `<p>Total under the ring model: <strong>${formatBytes(total)}</strong> sent per device.</p>${xla}`;
+      + `<p>Total: <strong>${formatBytes(total)}</strong> sent per device${ring}.</p>${xla}`;
   }
 
   function escapeHtml(s) {
@@ -815,6 +869,12 @@
     return lay;
   }
 
+  /** A spec's result in a few words, for the status line. */
+  function summary(field, lay) {
+    if (!lay) return `${field}: JAX refuses this layout`;
+    return `${field}: shard ${formatShape(lay.tileShape)}, ${lay.replication} ${lay.replication === 1 ? "copy" : "copies"} per tile`;
+  }
+
   const ADDRESS_DELAY_MS = 250;
   let addressTimer = 0;
 
@@ -826,31 +886,40 @@
     // page that rewrites it on every key.
     root.clearTimeout(addressTimer);
     addressTimer = root.setTimeout(() => root.history.replaceState(null, "", toFragment(state)), ADDRESS_DELAY_MS);
+    const status = [];   // one short line for screen readers (the results themselves are not live)
     try {
       const mesh = parseMesh(state.mesh);
       const shape = parseShape(state.shape);
       const ids = deviceOrder(mesh, state.order);
-      error.textContent = "";
       const a = showSpec(1, mesh, ids, state.spec, shape, state.dtype);
+      status.push(summary("spec", a));
       const second = state.spec2.trim() !== "";
       byId("pg-second").hidden = !second;
       const reshard = byId("pg-reshard");
+      reshard.innerHTML = "";
       if (second) {
         const b = showSpec(2, mesh, ids, state.spec2, shape, state.dtype);
-        reshard.innerHTML = a && b
-          ? "<h3>Resharding from the first spec to the second</h3>"
-            + describeMoves(reshardPlan(mesh, a.entries, b.entries, shape, DTYPES[state.dtype]))
-          : "";
-      } else {
-        reshard.innerHTML = "";
+        status.push(summary("second spec", b));
+        if (a && b) {
+          const moves = reshardPlan(mesh, a.entries, b.entries, shape, DTYPES[state.dtype]);
+          reshard.innerHTML = "<h3>Resharding from the first spec to the second</h3>" + describeMoves(moves);
+          status.push(`reshard: ${moves.filter((m) => m.kind !== "slice").map((m) => m.kind).join(", ")
+            || "nothing sent"}`);
+        }
       }
+      error.textContent = "";
+      markInvalid(null);
     } catch (e) {
       if (!(e instanceof InputError || e instanceof JaxRefusal)) throw e;
+      // A JaxRefusal here is jax.make_mesh's, from deviceOrder: the slice cannot take this mesh shape.
       error.textContent = e instanceof JaxRefusal
         ? `device order: JAX refuses this mesh shape on that slice (${e.message})` : e.message;
+      markInvalid(e instanceof JaxRefusal ? "device order" : e.field);
+      status.splice(0, status.length, `error: ${error.textContent}`);
       for (const k of [1, 2]) { byId(`pg-canvas-${k}`).hidden = true; byId(`pg-out-${k}`).innerHTML = ""; }
       byId("pg-reshard").innerHTML = "";
     }
+    byId("pg-status").textContent = status.join(". ");
     return root.performance.now() - start;
   }
 

@@ -9,8 +9,10 @@ Run as ``python playground_reference.py < request.json > answers.json``. The req
   ``slice(None)``) and ``str(jax.typeof(x))`` of an argument traced under Explicit axes, or with JAX's refusal
   ``[exception class, message]``;
 * a reshard group ``{"target", "names", "sizes", "shape", "pairs"}`` (``target``: ``"cpu"`` or a TPU target) is
-  answered with, per pair of specs, the collective kinds ``shardlab.compiled.collectives_in`` reads from
-  ``jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, second))`` compiled for an input laid out by the first.
+  answered with, per pair of specs, ``{"kinds", "bytes"}``: the collective kinds ``shardlab.compiled.collectives_in``
+  reads from ``jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, second))`` compiled for an input laid out by
+  the first, and the bytes per device it models for them (``total_bytes_per_device``: the ring model, all-to-all
+  as a direct exchange, as the page counts).
 
 Devices: meshes of up to 4096 devices need that many devices. They are libtpu's compile-only descriptions of
 a TPU v5p slice of 16 x 16 x 16 chips (ids 0..4095, nothing is allocated or run): list order takes the first
@@ -89,7 +91,7 @@ def reshard_answers(group):
         f = jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, _spec(second)))
         with quiet_libtpu():
             report = collectives_in(f, x)
-        out.append(sorted(report.kinds()))
+        out.append({"kinds": sorted(report.kinds()), "bytes": float(report.total_bytes_per_device)})
     return out
 
 

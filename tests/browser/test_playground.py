@@ -263,49 +263,86 @@ def test_reshard_moves_against_xla(page):
     xla = jax_answers({"reshards": groups})["reshards"]
     table = {row["move"]: set(row["otherwise"].split()) for row in page.eval_on_selector_all(
         "#pg-xla-table tr[data-move]", "rows => rows.map(r => ({move: r.dataset.move, otherwise: r.dataset.otherwise}))")}
-    stated = re.search(r"in (\d+) of (\d+) pairs", page.inner_text("body"))
-    agree = {"cpu": [0, 0], "tpu": [0, 0]}
-    unexplained = []
+    text = page.inner_text("body")
+    stated = re.search(r"in (\d+) of (\d+) pairs", text)
+    stated_bytes = re.search(r"the same bytes in (\d+) of them", text)
+    agree = {"cpu": [0, 0], "tpu": [0, 0]}      # [same collectives, pairs]
+    same_bytes = {"cpu": 0, "tpu": 0}           # of the pairs with the same collectives
+    unexplained, cheaper = [], []
+    observed = {"cpu": set(), "tpu": set()}     # (page's moves, XLA's) where they differ
     for group, chosen in zip(groups, xla):
         platform = "cpu" if group["target"] == "cpu" else "tpu"
         plans = page.evaluate("""(g) => g.pairs.map(([a, b]) => window.ShardingPlayground.reshardPlan(
-            { names: g.names, sizes: g.sizes }, a, b, g.shape, 4).map((m) => m.kind))""", group)
-        for (first, second), plan, kinds in zip(group["pairs"], plans, chosen):
-            ours = "+".join(sorted({k for k in plan if k != "slice"}))
-            theirs = "+".join(kinds)
+            { names: g.names, sizes: g.sizes }, a, b, g.shape, 4).map((m) => [m.kind, m.bytes]))""", group)
+        for (first, second), plan, answer in zip(group["pairs"], plans, chosen):
+            ours = "+".join(sorted({k for k, _ in plan if k != "slice"}))
+            theirs = "+".join(answer["kinds"])
+            pair = f"{group['target']}: {first} -> {second}"
             agree[platform][1] += 1
             if ours == theirs:
                 agree[platform][0] += 1
-            elif theirs not in table.get(ours, ()):
-                unexplained.append(f"{group['target']}: {first} -> {second}: page {ours or 'nothing sent'}, "
-                                   f"XLA {theirs or 'nothing'}")
+                ours_bytes = sum(b for _, b in plan)
+                if math.isclose(ours_bytes, answer["bytes"]):
+                    same_bytes[platform] += 1
+                elif ours_bytes > answer["bytes"]:   # the page says XLA's program sends more, never less
+                    cheaper.append(f"{pair}: page {ours_bytes} bytes, XLA {answer['bytes']}")
+            else:
+                observed[platform].add((ours, theirs))
+                if theirs not in table.get(ours, ()):
+                    unexplained.append(f"{pair}: page {ours or 'nothing sent'}, XLA {theirs or 'nothing'}")
     for platform, (same, total) in agree.items():
         print(f"playground reshard: XLA:{platform.upper()} chose the page's collectives in {same} of {total} pairs "
-              f"({same / total:.0%})")
+              f"({same / total:.0%}), with the same modelled bytes in {same_bytes[platform]}")
         assert total >= 50
     assert unexplained == [], "XLA chose moves the page's table does not mention:\n" + "\n".join(unexplained)
+    # Every alternative the table lists was seen, on both platforms ("what XLA chose instead, on CPU and TPU").
+    listed = {(ours, theirs) for ours, alternatives in table.items() for theirs in alternatives}
+    for platform, seen in observed.items():
+        assert listed <= seen, f"the table lists choices XLA:{platform.upper()} did not make: {sorted(listed - seen)}"
+    assert cheaper == [], "XLA's program sends fewer bytes than the page counts:\n" + "\n".join(cheaper)
     # The page states one count for both platforms ("on the CPU and on the TPU alike").
     assert stated and all([int(stated[1]), int(stated[2])] == counts for counts in agree.values()), \
         f"the page states {stated and stated.group(0)}; the test found {agree}"
+    assert stated_bytes and all(int(stated_bytes[1]) == n for n in same_bytes.values()), \
+        f"the page states {stated_bytes and stated_bytes.group(0)}; the test found {same_bytes}"
 
 
 def test_reshard_rules(page):
     plans = page.evaluate("""() => {
       const P = window.ShardingPlayground, mesh = { names: ["x", "y"], sizes: [2, 4] };
       const plan = (a, b) => P.reshardPlan(mesh, P.parseSpec(a, "a"), P.parseSpec(b, "b"), [16, 16], 4)
-        .map((m) => [m.kind, m.axes.join(","), m.bytes]);
+        .map((m) => [m.kind, m.axes.join(","), m.bytes].concat(m.kind === "all-to-all" ? [m.ringBytes] : []));
       return {
         drop: plan("P('x', 'y')", "P('x', None)"), add: plan("P('x', None)", "P('x', 'y')"),
-        move: plan("P('x', None)", "P(None, 'x')"), permute: plan("P(('x', 'y'))", "P(('y', 'x'))"),
-        same: plan("P('x')", "P(('x',), None)"),
+        move: plan("P('x', None)", "P(None, 'x')"), move4: plan("P('y', None)", "P(None, 'y')"),
+        move_both: plan("P(('x', 'y'), None)", "P(None, ('x', 'y'))"),
+        permute: plan("P(('x', 'y'))", "P(('y', 'x'))"), same: plan("P('x')", "P(('x',), None)"),
       };
     }""")
-    # 16 x 16 float32 = 1024 bytes; the shards: P('x', 'y') 128, P('x', None) 512, P(None, 'x') 512.
+    # 16 x 16 float32 = 1024 bytes; the shards: P('x', 'y') 128, P('x', None) 512, P('y', None) 256,
+    # P(('x', 'y'), None) 128. All-to-all: bytes_all_to_all (n-1)/n, then bytes_all_to_all_ring (n/4 for even n).
     assert plans["drop"] == [["all-gather", "y", 512 * 3 / 4]]
     assert plans["add"] == [["slice", "y", 0]]
-    assert plans["move"] == [["all-to-all", "x", 512 / 2]]
+    assert plans["move"] == [["all-to-all", "x", 512 / 2, 512 / 2]]
+    assert plans["move4"] == [["all-to-all", "y", 256 * 3 / 4, 256]]
+    assert plans["move_both"] == [["all-to-all", "x,y", 128 * 7 / 8, 128 * 8 / 4]]   # one exchange in groups of 8
     assert plans["permute"] == [["collective-permute", "y,x", 128]]
     assert plans["same"] == []
+
+
+def test_reshard_bytes_follow_cost_model(page):
+    """The page's formulas are cost_model.py's: checked on a range of group sizes and byte counts."""
+    from shardlab.cost_model import bytes_all_to_all, bytes_all_to_all_ring
+
+    cases = [(nbytes, n) for nbytes in (64, 1000, 4096) for n in (2, 3, 4, 5, 8, 16)]
+    page_ring = page.evaluate("""(cases) => cases.map(([b, n]) => window.ShardingPlayground.reshardPlan(
+        { names: ["x"], sizes: [n] }, ["x", null], [null, "x"], [n * n, b / 4], 1))""",
+        [[nbytes, n] for nbytes, n in cases])
+    for (nbytes, n), plan in zip(cases, page_ring):
+        operand = n * (nbytes / 4) * 1          # the shard: (n*n / n) x (nbytes / 4) items of 1 byte
+        assert [m["kind"] for m in plan] == ["all-to-all"]
+        assert math.isclose(plan[0]["bytes"], bytes_all_to_all(operand, n))
+        assert math.isclose(plan[0]["ringBytes"], bytes_all_to_all_ring(operand, n))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -351,9 +388,23 @@ def test_bad_input_names_the_field(page, field, value, expected):
     page.fill(field, value)
     try:
         assert expected in page.inner_text("#pg-error")
+        assert page.get_attribute(field, "aria-invalid") == "true", f"{field} is not marked invalid"
+        assert "pg-error" in page.get_attribute(field, "aria-describedby").split()
+        assert expected in page.inner_text("#pg-status")   # what a screen reader announces
     finally:
         page.fill(field, before)
     assert page.inner_text("#pg-error") == ""
+    assert page.get_attribute(field, "aria-invalid") is None
+
+
+def test_picture_conventions_are_draw_py_s(page):
+    from shardlab import draw
+
+    assert page.evaluate("Array.from(window.ShardingPlayground.PALETTE)") == list(draw.PALETTE)
+    holders = [[3], [0, 1], [0, 1, 2, 3, 4, 5], list(range(12)), list(range(0, 24, 2)), [5, 1, 9, 2, 7, 3, 8, 4, 6],
+               list(range(16))]
+    labels = page.evaluate("(hs) => hs.map((ids) => window.ShardingPlayground.holderLabel(ids, 16))", holders)
+    assert labels == [draw._holder_label(ids, 16) for ids in holders]
 
 
 def test_refusal_shown_in_jax_terms(page):
