@@ -28,6 +28,8 @@ from shardlab.pipeline import (Schedule, bubble_fraction, bubble_model, circular
 from shardlab.backward import (LoopedCollective, StepCollectives, Transpose, TransposeTable, collectives_per_step,
                                split_microbatches, transpose_table, transposed_collectives)
 from shardlab.experts import Routing, dispatch_and_combine, expert_capacity, expert_load, top_k_routing
+from shardlab.attention import (block_kinds, causal_work, kv_block_at, longest_sequence, ring_attention_comm,
+                                ring_attention_memory, token_positions)
 
 __all__ = [
     # set-up and exercises
@@ -64,5 +66,8 @@ __all__ = [
     "StepCollectives", "LoopedCollective", "split_microbatches",
     # experts: top-k routing with a capacity per expert, the dispatch and combine tensors, the load
     "expert_capacity", "top_k_routing", "Routing", "dispatch_and_combine", "expert_load",
+    # sequence parallelism: ring attention's blocks, causal work, memory and sends modelled
+    "kv_block_at", "token_positions", "causal_work", "block_kinds", "ring_attention_memory",
+    "ring_attention_comm", "longest_sequence",
 ]
 __version__ = "0.1.0"

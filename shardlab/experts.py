@@ -33,7 +33,7 @@ def _positive_int(name: str, value, fn: str) -> int:
 
 
 def expert_capacity(tokens: int, experts: int, k: int, capacity_factor) -> int:
-    """Slots per expert for a group of ``tokens`` tokens: ``ceil(capacity_factor * tokens * k / experts)``.
+    """Slots per expert for a group of ``tokens`` tokens: ``ceil(capacity_factor * tokens * k / experts)``, at least 1.
 
     ``tokens * k / experts`` is what each expert would get if the router spread the choices evenly; the
     capacity factor scales it. The product is taken in exact rational arithmetic (``capacity_factor`` as the

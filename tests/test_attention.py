@@ -1,0 +1,88 @@
+"""shardlab.attention: the ring's blocks, the causal work, ring attention's memory and sends modelled."""
+
+import numpy as np
+import pytest
+
+from shardlab.attention import (block_kinds, causal_work, kv_block_at, longest_sequence, ring_attention_comm,
+                                ring_attention_memory, token_positions)
+from shardlab.cost_model import CHIPS
+
+
+def test_kv_block_travels_to_the_next_device():
+    assert [kv_block_at(d, 0, 4) for d in range(4)] == [0, 1, 2, 3]
+    assert [kv_block_at(d, 1, 4) for d in range(4)] == [3, 0, 1, 2]
+    # every device sees every block once over the ring
+    assert all(sorted(kv_block_at(d, s, 5) for s in range(5)) == list(range(5)) for d in range(5))
+
+
+@pytest.mark.parametrize("bad", [dict(device=4, step=0, ring=4), dict(device=0, step=-1, ring=4),
+                                 dict(device=0, step=0, ring=0)])
+def test_kv_block_at_names_the_bad_argument(bad):
+    with pytest.raises(ValueError, match="device|step|ring"):
+        kv_block_at(**bad)
+
+
+def test_token_positions_cover_the_sequence_once():
+    for order in ("contiguous", "zigzag"):
+        pos = token_positions(4, 6, order)
+        assert pos.shape == (4, 6) and sorted(pos.ravel()) == list(range(24))
+    assert list(token_positions(2, 4, "zigzag")[0]) == [0, 1, 6, 7]
+    with pytest.raises(ValueError, match="order"):
+        token_positions(2, 4, "striped-ish")
+    with pytest.raises(ValueError, match="even"):
+        token_positions(2, 3, "zigzag")
+
+
+def test_causal_work_contiguous_and_zigzag():
+    work = causal_work(4, 2, "contiguous")
+    assert work.shape == (4, 4)
+    np.testing.assert_allclose(work[0], 0.75)                     # the diagonal of 2 x 2 keeps 3 of 4
+    np.testing.assert_allclose(work.sum(0), [0.75, 1.75, 2.75, 3.75])
+    kinds = block_kinds(4)
+    assert (work[kinds == "masked"] == 0).all() and (work[kinds == "visible"] == 1).all()
+    assert (kinds == "masked").sum() == 4 * 3 // 2
+    zig = causal_work(4, 2, "zigzag").sum(0)
+    np.testing.assert_allclose(zig, zig[0])                       # balanced
+    np.testing.assert_allclose(zig.sum(), work.sum())             # the same total
+
+
+def test_memory_model_counts_each_part():
+    mem = ring_attention_memory(1024, 4, heads=2, head_dim=8, dtype_bytes=2)
+    c, e = 256, 16
+    assert mem["q, k, v, out"] == 4 * c * e * 2
+    assert mem["k, v arriving"] == 2 * c * e * 2
+    assert mem["scores"] == 2 * c * c * 4
+    assert mem["softmax state"] == c * 2 * (2 + 8) * 4
+    assert mem["total"] == sum(v for k, v in mem.items() if k != "total")
+    assert ring_attention_memory(1024, 1, heads=2, head_dim=8)["k, v arriving"] == 0
+    assert ring_attention_memory(1024, 4, heads=2, head_dim=8, key_tile=64)["scores"] == 2 * c * 64 * 4
+    with pytest.raises(ValueError, match="seq_len"):
+        ring_attention_memory(1000, 3, heads=2, head_dim=8)
+    with pytest.raises(ValueError, match="heads"):
+        ring_attention_memory(1024, 4, heads=0, head_dim=8)
+
+
+def test_comm_model_and_the_crossing():
+    chip = CHIPS["TPU v5e"]
+    comm = ring_attention_comm(8 * 4096, 8, heads=4, head_dim=32, chip=chip)
+    assert comm["bytes_per_step"] == 2 * 4096 * 128 * 2 and comm["sends"] == 7
+    assert comm["bytes_total"] == 7 * comm["bytes_per_step"]
+    assert comm["flops_per_step"] == 4 * 4096 ** 2 * 128
+    assert comm["tokens_to_hide"] == pytest.approx(chip.peak_flops / chip.link_bandwidth)
+    hide = int(np.ceil(comm["tokens_to_hide"]))
+    assert ring_attention_comm(8 * hide, 8, heads=4, head_dim=32, chip=chip)["time"]["bound"] == "compute"
+    assert ring_attention_comm(8 * (hide - 2), 8, heads=4, head_dim=32, chip=chip)["time"]["bound"] == "communication"
+    with pytest.raises(ValueError, match="chip"):
+        ring_attention_comm(64, 8, heads=1, head_dim=1, chip="TPU v9")
+
+
+def test_longest_sequence_is_the_edge_of_fitting():
+    hbm = 16e9
+    longest = longest_sequence(8, hbm, heads=32, head_dim=128)
+    assert longest % (8 * 1024) == 0
+    assert ring_attention_memory(longest, 8, heads=32, head_dim=128)["total"] <= hbm
+    assert ring_attention_memory(longest + 8 * 1024, 8, heads=32, head_dim=128)["total"] > hbm
+    assert longest_sequence(8, 1.0, heads=32, head_dim=128) == 0
+    assert longest_sequence(16, hbm, heads=32, head_dim=128) > longest
+    with pytest.raises(ValueError, match="hbm_bytes"):
+        longest_sequence(8, -1, heads=1, head_dim=1)
