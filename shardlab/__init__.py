@@ -30,6 +30,8 @@ from shardlab.backward import (LoopedCollective, StepCollectives, Transpose, Tra
 from shardlab.experts import Routing, dispatch_and_combine, expert_capacity, expert_load, top_k_routing
 from shardlab.attention import (block_kinds, causal_work, kv_block_at, longest_sequence, ring_attention_comm,
                                 ring_attention_memory, token_positions)
+from shardlab.transformer import (TransformerConfig, mesh_factorisations, model_flops, model_flops_utilisation,
+                                  param_shapes, param_specs, reversal_batch, without_fsdp)
 
 __all__ = [
     # set-up and exercises
@@ -69,5 +71,8 @@ __all__ = [
     # sequence parallelism: ring attention's blocks, causal work, memory and sends modelled
     "kv_block_at", "token_positions", "causal_work", "block_kinds", "ring_attention_memory",
     "ring_attention_comm", "longest_sequence",
+    # a transformer trained at scale: its sizes, specs per layout, task, flops and MFU
+    "TransformerConfig", "param_specs", "param_shapes", "without_fsdp", "reversal_batch", "model_flops",
+    "model_flops_utilisation", "mesh_factorisations",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,218 @@
+"""A small decoder-only transformer in plain JAX, laid out over a ``("data", "fsdp", "model")`` mesh.
+
+One model, every layout: the layout is only the sizes of the three mesh axes. The batch is split over
+``data`` and ``fsdp`` together; every weight matrix is split over ``fsdp`` on one dimension (gathered
+whole, on that axis, just before use) and over ``model`` on the other, Megatron-style (attention heads
+and the MLP's hidden units); with ``model`` larger than one the residual stream between the blocks is
+split over ``model`` along the sequence (sequence parallelism). An axis of size one changes nothing,
+so ``(8, 1, 1)`` is data parallelism, ``(1, 8, 1)`` FSDP and ``(1, 1, 8)`` tensor + sequence parallelism.
+
+The task is synthetic and learnable: reverse a sequence of random tokens (:func:`reversal_batch`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: The mesh axes every layout uses, in this order.
+AXES = ("data", "fsdp", "model")
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes of the model: vocabulary, width, heads, MLP width, blocks and sequence length."""
+
+    vocab: int = 16
+    d_model: int = 64
+    heads: int = 8
+    d_ff: int = 256
+    layers: int = 2
+    seq: int = 16
+
+    def __post_init__(self):
+        for name in ("vocab", "d_model", "heads", "d_ff", "layers", "seq"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"TransformerConfig: {name} must be a positive integer, got {value!r}")
+        if self.d_model % self.heads:
+            raise ValueError(f"TransformerConfig: d_model ({self.d_model}) must be a multiple of heads "
+                             f"({self.heads})")
+        if self.seq % 2:
+            raise ValueError(f"TransformerConfig: seq must be even (a sequence and its reverse), got {self.seq}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def num_params(self) -> int:
+        """Parameters of the model (embeddings and layer norms included)."""
+        d, f = self.d_model, self.d_ff
+        block = 4 * d * d + 2 * d * f + 2 * d
+        return self.vocab * d + self.seq * d + self.layers * block + d + d * self.vocab
+
+
+def _check_config(config):
+    if not isinstance(config, TransformerConfig):
+        raise ValueError(f"config must be a TransformerConfig, got {type(config).__name__}")
+
+
+def init_params(config: TransformerConfig, seed: int = 0, dtype=np.float32) -> dict:
+    """The model's parameters as NumPy arrays (nothing compiled, nothing placed yet)."""
+    _check_config(config)
+    rng = np.random.default_rng(seed)
+    d, h, k, f = config.d_model, config.heads, config.head_dim, config.d_ff
+
+    def normal(shape, fan_in):
+        return (rng.normal(size=shape) / math.sqrt(fan_in)).astype(dtype)
+
+    blocks = [{"ln1": np.ones(d, dtype), "wq": normal((d, h, k), d), "wk": normal((d, h, k), d),
+               "wv": normal((d, h, k), d), "wo": normal((h, k, d), d) / (2 * config.layers),
+               "ln2": np.ones(d, dtype), "w_in": normal((d, f), d), "w_out": normal((f, d), f) / (2 * config.layers)}
+              for _ in range(config.layers)]
+    return {"embed": normal((config.vocab, d), 1), "pos": normal((config.seq, d), 1) / 4, "blocks": blocks,
+            "ln_f": np.ones(d, dtype), "unembed": normal((d, config.vocab), d)}
+
+
+def param_shapes(config: TransformerConfig, dtype=np.float32) -> dict:
+    """The parameters' shapes and dtype as ``jax.ShapeDtypeStruct`` (nothing allocated): a pod-scale model."""
+    import jax
+
+    _check_config(config)
+    d, h, k, f = config.d_model, config.heads, config.head_dim, config.d_ff
+    shapes = {"ln1": (d,), "wq": (d, h, k), "wk": (d, h, k), "wv": (d, h, k), "wo": (h, k, d), "ln2": (d,),
+              "w_in": (d, f), "w_out": (f, d)}
+    leaf = lambda shape: jax.ShapeDtypeStruct(shape, dtype)
+    return {"embed": leaf((config.vocab, d)), "pos": leaf((config.seq, d)),
+            "blocks": [{name: leaf(shape) for name, shape in shapes.items()} for _ in range(config.layers)],
+            "ln_f": leaf((d,)), "unembed": leaf((d, config.vocab))}
+
+
+def param_specs(params) -> dict:
+    """A ``PartitionSpec`` per parameter over the axes ``("data", "fsdp", "model")``.
+
+    Matrices that widen the stream (``wq``, ``wk``, ``wv``, ``w_in``) are split over ``fsdp`` on their
+    input dimension and ``model`` on their output one (heads, hidden units); those that narrow it back
+    (``wo``, ``w_out``) the other way round; the embeddings over ``fsdp`` on the width, the output
+    projection over ``model`` on the vocabulary. Layer-norm scales are replicated.
+    """
+    from jax.sharding import PartitionSpec as P
+
+    if not isinstance(params, dict) or "blocks" not in params:
+        raise ValueError("param_specs: params must be the dict init_params returns")
+    block = {"ln1": P(), "wq": P("fsdp", "model", None), "wk": P("fsdp", "model", None),
+             "wv": P("fsdp", "model", None), "wo": P("model", None, "fsdp"), "ln2": P(),
+             "w_in": P("fsdp", "model"), "w_out": P("model", "fsdp")}
+    return {"embed": P(None, "fsdp"), "pos": P(None, "fsdp"), "blocks": [dict(block) for _ in params["blocks"]],
+            "ln_f": P(), "unembed": P("fsdp", "model")}
+
+
+def without_fsdp(spec):
+    """``spec`` with the ``fsdp`` axis removed: how a weight is laid out while it is used."""
+    from jax.sharding import PartitionSpec as P
+
+    def drop(entry):
+        if entry == "fsdp":
+            return None
+        if isinstance(entry, tuple):
+            kept = tuple(a for a in entry if a != "fsdp")
+            return kept if len(kept) > 1 else (kept[0] if kept else None)
+        return entry
+    return P(*(drop(e) for e in spec))
+
+
+def _layer_norm(x, scale):
+    import jax.numpy as jnp
+
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean((x - mean) ** 2, axis=-1, keepdims=True)
+    return (x - mean) / jnp.sqrt(var + 1e-5) * scale
+
+
+def forward(params, tokens, gather=None, residual=None):
+    """Logits ``(batch, seq, vocab)`` of the decoder for ``tokens`` ``(batch, seq)``.
+
+    ``gather(block)`` is applied to each block's weights just before they are used (FSDP: make them
+    whole on ``fsdp``); ``residual(x)`` to the residual stream after each sub-layer (sequence
+    parallelism: split it along the sequence). Both default to doing nothing.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    gather = gather or (lambda p: p)
+    residual = residual or (lambda x: x)
+    outer = gather({k: v for k, v in params.items() if k != "blocks"})
+    seq = tokens.shape[1]
+    x = residual(outer["embed"][tokens] + outer["pos"][:seq])
+    causal = jnp.tril(jnp.ones((seq, seq), bool))
+    for block in params["blocks"]:
+        p = gather(block)
+        h = _layer_norm(x, p["ln1"])
+        q, k, v = (jnp.einsum("bsd,dhk->bshk", h, p[w]) for w in ("wq", "wk", "wv"))
+        scores = jnp.einsum("bshk,bthk->bhst", q, k) / math.sqrt(q.shape[-1])
+        weights = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1)
+        x = residual(x + jnp.einsum("bhst,bthk,hkd->bsd", weights, v, p["wo"]))
+        h = _layer_norm(x, p["ln2"])
+        x = residual(x + jax.nn.gelu(h @ p["w_in"]) @ p["w_out"])
+    return _layer_norm(x, outer["ln_f"]) @ outer["unembed"]
+
+
+def loss_fn(params, tokens, gather=None, residual=None):
+    """Mean cross-entropy of the second half of each sequence (the reversed first half), predicted
+    token by token from everything before it."""
+    import jax
+    import jax.numpy as jnp
+
+    logits = forward(params, tokens, gather, residual)
+    half = tokens.shape[1] // 2
+    predicted = logits[:, half - 1:-1]          # the positions whose next token is in the second half
+    targets = tokens[:, half:]
+    log_probs = jax.nn.log_softmax(predicted, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(log_probs, targets[..., None], axis=-1))
+
+
+def reversal_batch(rng, batch: int, config: TransformerConfig) -> np.ndarray:
+    """``batch`` sequences ``[x, reversed(x)]`` of ``config.seq`` tokens, ``x`` drawn from ``1..vocab-1``."""
+    _check_config(config)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"reversal_batch: batch must be a positive integer, got {batch!r}")
+    first = rng.integers(1, config.vocab, size=(batch, config.seq // 2))
+    return np.concatenate([first, first[:, ::-1]], axis=1).astype(np.int32)
+
+
+def model_flops(config: TransformerConfig, batch: int) -> int:
+    """Flops of one training step of the model (forward and backward, matrix products only).
+
+    ``6 * tokens`` per weight of the blocks and the output projection (2 forward, 4 backward), plus
+    attention's two products, ``6 * 2 * batch * seq**2 * d_model`` per block (causal masking not
+    subtracted). The embedding lookups are not products and count nothing.
+    """
+    _check_config(config)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"model_flops: batch must be a positive integer, got {batch!r}")
+    d, f, s = config.d_model, config.d_ff, config.seq
+    weights = config.layers * (4 * d * d + 2 * d * f) + d * config.vocab
+    attention = config.layers * 2 * batch * s * s * d
+    return 6 * batch * s * weights + 6 * attention
+
+
+def mesh_factorisations(n: int, axes: int = 3) -> list[tuple[int, ...]]:
+    """Every way to write ``n`` devices as ``axes`` mesh sizes (ordered), e.g. ``(2, 2, 2)`` for 8."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"mesh_factorisations: n must be a positive integer, got {n!r}")
+    if isinstance(axes, bool) or not isinstance(axes, int) or axes < 1:
+        raise ValueError(f"mesh_factorisations: axes must be a positive integer, got {axes!r}")
+    if axes == 1:
+        return [(n,)]
+    return [(a,) + rest for a in range(n, 0, -1) if n % a == 0 for rest in mesh_factorisations(n // a, axes - 1)]
+
+
+def model_flops_utilisation(flops: float, chips: int, peak_flops: float, seconds: float) -> float:
+    """``flops / (chips * peak_flops * seconds)``: the share of the chips' peak the model's own flops use."""
+    for name, value in (("flops", flops), ("chips", chips), ("peak_flops", peak_flops), ("seconds", seconds)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or value <= 0:
+            raise ValueError(f"model_flops_utilisation: {name} must be a positive number, got {value!r}")
+    return float(flops) / (chips * peak_flops * seconds)

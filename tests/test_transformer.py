@@ -1,0 +1,83 @@
+"""Unit tests of shardlab.transformer: sizes, specs, the task, the flops count and the factorisations."""
+
+import numpy as np
+import pytest
+
+from shardlab.transformer import (TransformerConfig, init_params, mesh_factorisations, model_flops,
+                                  model_flops_utilisation, param_shapes, param_specs, reversal_batch,
+                                  without_fsdp)
+
+
+def test_num_params_counts_every_array():
+    config = TransformerConfig(vocab=16, d_model=32, heads=4, d_ff=64, layers=2, seq=8)
+    params = init_params(config)
+    import jax
+    assert sum(a.size for a in jax.tree.leaves(params)) == config.num_params
+
+
+def test_shapes_match_init():
+    import jax
+    config = TransformerConfig(vocab=16, d_model=32, heads=4, d_ff=64, layers=3, seq=8)
+    real = jax.tree.map(lambda a: a.shape, init_params(config))
+    abstract = jax.tree.map(lambda a: a.shape, param_shapes(config))
+    assert real == abstract
+
+
+def test_specs_cover_every_parameter_and_rank():
+    import jax
+    from jax.sharding import PartitionSpec as P
+    params = init_params(TransformerConfig())
+    specs = param_specs(params)
+    leaves = jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, P))
+    arrays = jax.tree.leaves(params)
+    assert len(leaves) == len(arrays)
+    assert all(len(s) <= a.ndim for s, a in zip(leaves, arrays))
+    assert specs["blocks"][0]["w_in"] == P("fsdp", "model")
+
+
+def test_without_fsdp():
+    from jax.sharding import PartitionSpec as P
+    assert without_fsdp(P("fsdp", "model")) == P(None, "model")
+    assert without_fsdp(P(("data", "fsdp"), None)) == P("data", None)
+    assert without_fsdp(P(("fsdp",), "model")) == P(None, "model")
+
+
+def test_reversal_batch_is_reversed():
+    config = TransformerConfig(seq=10)
+    batch = reversal_batch(np.random.default_rng(0), 4, config)
+    assert batch.shape == (4, 10) and batch.dtype == np.int32
+    np.testing.assert_array_equal(batch[:, 5:], batch[:, :5][:, ::-1])
+    assert batch.min() >= 1 and batch.max() < config.vocab
+
+
+def test_model_flops_matches_hand_count():
+    config = TransformerConfig(vocab=4, d_model=2, heads=1, d_ff=8, layers=1, seq=2)
+    weights = 4 * 2 * 2 + 2 * 2 * 8 + 2 * 4
+    assert model_flops(config, 3) == 6 * 3 * 2 * weights + 6 * 2 * 3 * 2 * 2 * 2
+
+
+def test_mesh_factorisations():
+    assert len(mesh_factorisations(8)) == 10
+    assert all(np.prod(f) == 8 for f in mesh_factorisations(8))
+    assert (2, 2, 2) in mesh_factorisations(8)
+    assert mesh_factorisations(5, 2) == [(5, 1), (1, 5)]
+
+
+def test_mfu():
+    assert model_flops_utilisation(100.0, 2, 10.0, 10.0) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: TransformerConfig(d_model=30, heads=4),
+    lambda: TransformerConfig(seq=7),
+    lambda: TransformerConfig(layers=0),
+    lambda: reversal_batch(np.random.default_rng(0), 0, TransformerConfig()),
+    lambda: model_flops(TransformerConfig(), -1),
+    lambda: mesh_factorisations(0),
+    lambda: model_flops_utilisation(1.0, 0, 1.0, 1.0),
+    lambda: param_specs({"no": "blocks"}),
+    lambda: init_params("not a config"),
+])
+def test_bad_input_raises_value_error(call):
+    with pytest.raises(ValueError):
+        call()
