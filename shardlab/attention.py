@@ -102,7 +102,7 @@ def ring_attention_memory(seq_len: int, ring: int, *, heads: int, head_dim: int,
     Counted, with ``c = seq_len / ring`` tokens per device and ``e = heads * head_dim``:
     ``"q, k, v, out"``: its own blocks, ``4 c e`` elements of ``dtype_bytes``; ``"k, v arriving"``: the
     next key/value block received while this one is used, ``2 c e``; ``"scores"``: one block of scores
-    and probabilities in float32, ``heads * c * t`` with ``t = c`` keys (the whole block, as a plain
+    in float32 (the probabilities computed in place), ``heads * c * t`` with ``t = c`` keys (the whole block, as a plain
     implementation computes it) or ``t = key_tile`` (a kernel that walks the block in tiles of keys);
     ``"softmax state"``: running max, sum and output accumulator in float32, ``c * heads * (2 + head_dim)``.
     Weights, other layers and what the backward pass keeps are not counted. ``ring=1`` is attention on
