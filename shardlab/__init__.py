@@ -3,7 +3,9 @@
 Device set-up, sharding layouts and their pictures, explorers that work live
 and on the published page, the collectives read from compiled code and the
 ring model of what they send, and the small machinery some chapters need
-(memory kinds, local processes, the communication model of training strategies).
+(memory kinds, local processes, the communication model of training strategies,
+transposed collectives, pipeline schedules, compiled schedules and overlap, ring
+attention, expert routing, a small transformer).
 """
 
 from shardlab.devices import setup_devices
