@@ -1,5 +1,7 @@
 """shardlab.backward: forward collective -> backward collective, collectives counted per trip, microbatches."""
 
+import re
+
 import shardlab
 
 DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
@@ -62,6 +64,139 @@ def test_loop_depths_count_the_enclosing_loops_even_without_trip_counts():
     depths = _loop_depths(NESTED)
     assert (depths["all-reduce.top"], depths["all-reduce.outer"], depths["all-reduce.inner"]) == (0, 1, 2)
     assert depths["all-reduce.unknown"] == 1
+
+
+# A counted loop as XLA:TPU writes it, with no known_trip_count: the counter (element 0 of the state)
+# starts at a copy of constant(0), is copied to another memory space and 1 is added in the body, and the
+# condition compares it with constant(5). The variants change one thing each.
+def counted_loop(direction="LT", step="1", start="%copy.1", bound="5", prefix="%"):
+    text = f"""HloModule counted
+
+%add (x: f32[], y: f32[]) -> f32[] {{
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %add.0 = f32[] add(%x, %y)
+}}
+
+%wide.region_0.1_spmd.sunk (wide.param.5: (s32[], f32[4])) -> (s32[], f32[4]) {{
+  %constant.98.clone..sunk = s32[]{{:T(128)}} constant({step})
+  %wide.param.5 = (s32[]{{:T(128)}}, f32[4]{{0:T(256)}}) parameter(0)
+  %get-tuple-element.466 = s32[]{{:T(128)}} get-tuple-element(%wide.param.5), index=0
+  %copy.9 = s32[]{{:T(128)S(6)}} copy(%get-tuple-element.466), backend_config={{"flag_configs":[]}}
+  %add.138 = s32[]{{:T(128)}} add(%copy.9, %constant.98.clone..sunk), metadata={{op_name="jit(f)/while/body/add"}}
+  %get-tuple-element.467 = f32[4]{{0:T(256)}} get-tuple-element(%wide.param.5), index=1
+  %all-reduce.3 = f32[4]{{0:T(256)}} all-reduce(%get-tuple-element.467), replica_groups={{{{0,1}}}}, to_apply=%add
+  ROOT %tuple.102 = (s32[]{{:T(128)}}, f32[4]{{0:T(256)}}) tuple(%add.138, /*index=1*/%all-reduce.3)
+}}
+
+%wide.region_1.2_spmd (wide.param.1: (s32[], f32[4])) -> pred[] {{
+  %constant.93.clone.1 = s32[]{{:T(128)}} constant({bound}), metadata={{op_name="jit(f)/while/cond/lt"}}
+  %wide.param.1 = (s32[]{{:T(128)}}, f32[4]{{0:T(256)}}) parameter(0)
+  %get-tuple-element.347 = s32[]{{:T(128)}} get-tuple-element(%wide.param.1), index=0
+  ROOT %lt.50 = pred[]{{:T(512)}} compare(%get-tuple-element.347, %constant.93.clone.1), direction={direction}
+}}
+
+ENTRY %main.7_spmd (param.7: f32[4], param.8: s32[]) -> f32[4] {{
+  %constant.103.clone = s32[]{{:T(128)}} constant(0)
+  %param.7 = f32[4]{{0:T(256)}} parameter(0)
+  %param.8 = s32[]{{:T(128)}} parameter(1)
+  %copy.1 = s32[]{{:T(128)}} copy(%constant.103.clone)
+  %tuple.100 = (s32[]{{:T(128)}}, f32[4]{{0:T(256)}}) tuple({start}, %param.7)
+  %while.137 = (s32[]{{:T(128)}}, f32[4]{{0:T(256)}}) while(%tuple.100), condition=%wide.region_1.2_spmd, body=%wide.region_0.1_spmd.sunk, metadata={{op_name="jit(f)/while"}}
+  ROOT %get-tuple-element.1 = f32[4]{{0:T(256)}} get-tuple-element(%while.137), index=1
+}}
+"""
+    return text if prefix == "%" else text.replace("%", "")
+
+
+def test_a_counted_loop_without_known_trip_count_reads_its_bound():
+    assert _loop_trips(counted_loop())["all-reduce.3"] == 5
+    assert _loop_trips(counted_loop(prefix=""))["all-reduce.3"] == 5          # names printed without %
+    assert _loop_trips(counted_loop(start="%constant.103.clone"))["all-reduce.3"] == 5    # no copy
+    assert _loop_trips(counted_loop(bound="-3"))["all-reduce.3"] == 0         # never enters the body
+
+
+@pytest.mark.parametrize("change", [dict(step="2"), dict(direction="LE"), dict(direction="GT"),
+                                    dict(start="%param.8"), dict(step="-1")],
+                         ids=["step 2", "direction LE", "direction GT", "start from a parameter", "step -1"])
+def test_loops_that_are_not_provably_counted_keep_an_unknown_trip_count(change):
+    text = counted_loop(**change)
+    assert _loop_trips(text)["all-reduce.3"] is None
+    assert _loop_depths(text)["all-reduce.3"] == 1
+
+
+def test_a_condition_with_more_logic_keeps_an_unknown_trip_count():
+    more = counted_loop().replace(
+        "  ROOT %lt.50 = pred[]{:T(512)} compare(%get-tuple-element.347, %constant.93.clone.1), direction=LT",
+        "  %lt.50 = pred[]{:T(512)} compare(%get-tuple-element.347, %constant.93.clone.1), direction=LT\n"
+        "  %flag = pred[] constant(true)\n"
+        "  ROOT %and.1 = pred[] and(%lt.50, %flag)")
+    assert "ROOT %and.1" in more
+    assert _loop_trips(more)["all-reduce.3"] is None
+
+
+# XLA:CPU wraps the loop's compare and add each in a fusion of that one instruction.
+WRAPPERS = """
+%wrapped_compare_computation (param_0.33: s32[], param_1.52: s32[]) -> pred[] {
+  %param_0.33 = s32[] parameter(0)
+  %param_1.52 = s32[] parameter(1)
+  ROOT %lt.11 = pred[] compare(%param_0.33, %param_1.52), direction=LT
+}
+
+%not_a_wrapper (param_0.34: s32[], param_1.53: s32[]) -> pred[] {
+  %param_0.34 = s32[] parameter(0)
+  %param_1.53 = s32[] parameter(1)
+  %one = s32[] constant(1)
+  %plus = s32[] add(%param_0.34, %one)
+  ROOT %lt.12 = pred[] compare(%plus, %param_1.53), direction=LT
+}
+"""
+
+
+@pytest.mark.parametrize("called, trips", [("%wrapped_compare_computation", 5), ("%not_a_wrapper", None)])
+def test_a_fusion_counts_as_its_instruction_only_where_it_wraps_that_one_instruction(called, trips):
+    text = counted_loop().replace(
+        "  ROOT %lt.50 = pred[]{:T(512)} compare(%get-tuple-element.347, %constant.93.clone.1), direction=LT",
+        f"  ROOT %wrapped_compare = pred[] fusion(%get-tuple-element.347, %constant.93.clone.1), kind=kLoop, "
+        f"calls={called}").replace("\nENTRY", WRAPPERS + "\nENTRY")
+    assert _loop_trips(text)["all-reduce.3"] == trips
+
+
+def scan_of_psums(steps):
+    """A shard_map'd scan of ``steps`` steps, each with a psum that depends on the carry (so it cannot
+    leave the loop)."""
+    def body(c, b):
+        return jnp.tanh(c + jax.lax.psum(b * c, "x")), None
+
+    def f(xs):
+        return jax.lax.scan(body, jnp.ones(xs.shape[1:], xs.dtype), xs)[0]
+    return f
+
+
+def test_the_counted_loop_reading_agrees_with_known_trip_count_on_the_cpu():
+    f = smap(scan_of_psums(5), P(None, "x"), P())
+    xs = jax.device_put(np.ones((5, 16, 4), np.float32), NamedSharding(MESH, P(None, "x")))
+    compiled = jax.jit(f).lower(xs).compile()
+    text = compiled.as_text()
+    assert '"known_trip_count":{"n":"5"}' in text
+    without = re.sub(r'"known_trip_count":\{"n":"\d+"\},?', "", text)
+    assert '"known_trip_count"' not in without
+    names = [c.name for c in shardlab.collectives_in_compiled(compiled)]
+    assert names and [_loop_trips(text)[n] for n in names] == [5] * len(names)
+    assert [_loop_trips(without)[n] for n in names] == [5] * len(names)     # read from the condition alone
+
+
+@pytest.mark.skipif(shardlab.tpu_compiler_missing() is not None, reason="libtpu is not installed")
+def test_collectives_per_step_reads_the_trip_count_of_a_tpu_scan():
+    mesh = shardlab.target_mesh("v5e-8", (8,), ("x",))
+    f = jax.shard_map(scan_of_psums(5), mesh=mesh, in_specs=P(None, "x"), out_specs=P())
+    xs = jax.ShapeDtypeStruct((5, 16, 4), jnp.float32, sharding=NamedSharding(mesh, P(None, "x")))
+    prog = shardlab.compile_for(f, xs)
+    assert '"known_trip_count"' not in prog.compiled.as_text()          # XLA:TPU records none
+    steps = collectives_per_step(prog)
+    looped = [c for c in steps if c.loops == 1]
+    assert looped and all(c.trips == 5 for c in looped), str(steps)
+    assert "runs 5 times" in str(steps)
 
 
 def test_collectives_per_step_counts_a_scan_body_once_per_trip():
