@@ -270,10 +270,7 @@ def _describe(devices) -> str:
 
 
 def _cost(compiled) -> dict:
-    cost = compiled.cost_analysis()
-    if isinstance(cost, (list, tuple)):          # older JAX: one dict per program
-        cost = cost[0] if cost else {}
-    return cost or {}
+    return compiled.cost_analysis() or {}       # a dict of XLA's counts in every JAX the book admits
 
 
 def compile_for(f, *args, **kwargs) -> CompiledProgram:
