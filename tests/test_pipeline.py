@@ -51,6 +51,48 @@ def test_1f1b_keeps_at_most_stages_in_flight(stages, microbatches):
     assert flight.tolist() == [min(stages - s, microbatches) for s in range(stages)]
 
 
+def waiting_intervals(sched: Schedule, kind: str):
+    """Per stage, (microbatch, first step, last step) of each buffer 1F1B's program keeps: a received
+    activation ('act') or gradient ('grad') from the step after it was made to the step that uses it, or a
+    stashed input ('stash') from its forward pass to its backward pass."""
+    when = {(sched.phase[s, t], s, sched.microbatch[s, t]): t
+            for s in range(sched.stages) for t in range(sched.steps) if sched.phase[s, t] != IDLE}
+    out = []
+    for s in range(sched.stages):
+        spans = []
+        for m in range(sched.microbatches):
+            if kind == "act" and s > 0:
+                spans.append((m, when[(FORWARD, s - 1, m)] + 1, when[(FORWARD, s, m)]))
+            elif kind == "grad" and s < sched.stages - 1:
+                spans.append((m, when[(BACKWARD, s + 1, m)] + 1, when[(BACKWARD, s, m)]))
+            elif kind == "stash":
+                spans.append((m, when[(FORWARD, s, m)], when[(BACKWARD, s, m)]))
+        out.append(spans)
+    return out
+
+
+@pytest.mark.parametrize("stages,microbatches", SIZES)
+def test_1f1b_buffers_one_inbox_slot_and_stages_stash_slots(stages, microbatches):
+    # The chapter's 1F1B program keeps one waiting message per direction, and stashes microbatch m's
+    # input in slot m mod (most in flight): no two buffers that share a slot may be alive at once.
+    sched = one_f_one_b_schedule(stages, microbatches)
+    slots = int(in_flight(sched).max())
+    assert slots == min(stages, microbatches)
+    for kind, size in (("act", 1), ("grad", 1), ("stash", slots)):
+        for spans in waiting_intervals(sched, kind):
+            for m1, a1, b1 in spans:
+                assert a1 <= b1                        # a message is used after it has arrived
+                for m2, a2, b2 in spans:
+                    if m1 < m2 and m1 % size == m2 % size:
+                        assert b1 < a2 or b2 < a1, (kind, m1, m2)
+
+
+def test_1f1b_messages_wait():
+    # Stage 1 receives microbatch 3's activation at step 4 and runs its forward pass at step 7.
+    (span,) = [s for s in waiting_intervals(one_f_one_b_schedule(4, 8), "act")[1] if s[0] == 3]
+    assert span == (3, 4, 7)
+
+
 @pytest.mark.parametrize("stages,microbatches,virtual", [(4, 8, 2), (4, 4, 2), (2, 8, 4), (8, 16, 2), (3, 9, 3)])
 def test_circular_bubble_is_smaller(stages, microbatches, virtual):
     sched = circular_schedule(stages, microbatches, virtual)
