@@ -13,16 +13,11 @@ from fractions import Fraction
 
 import numpy as np
 
+from shardlab.arguments import positive_int as _positive_int
 from shardlab.cost_model import Chip, _chip, step_time
 
 #: How the tokens of a sequence are dealt to the devices of the ring.
 ORDERS = ("contiguous", "zigzag")
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 def kv_block_at(device: int, step: int, ring: int) -> int:

@@ -23,6 +23,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from shardlab.arguments import positive_int
 from shardlab.compiled import CollectiveReport, collectives_in, collectives_in_compiled
 from shardlab.compiled import _COMMENT_RE as _HLO_COMMENT
 from shardlab.compiled import _parse_instruction as _parse_hlo_instruction
@@ -485,8 +486,7 @@ def split_microbatches(batch, n: int):
     (NumPy) array and place the result with ``P(None, "batch axis")``: each microbatch is then
     split over the devices as the whole batch was.
     """
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"split_microbatches: n must be a positive integer, got {n!r}")
+    n = positive_int("split_microbatches: n", n)
     shape = getattr(batch, "shape", None)
     if shape is None or len(shape) < 1:
         raise ValueError("split_microbatches: batch must be an array with a leading batch axis")

@@ -23,13 +23,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from shardlab.arguments import positive_int
+
 __all__ = ["Routing", "expert_capacity", "top_k_routing", "dispatch_and_combine", "expert_load"]
-
-
-def _positive_int(name: str, value, fn: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{fn}: {name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 def expert_capacity(tokens: int, experts: int, k: int, capacity_factor) -> int:
@@ -39,9 +35,9 @@ def expert_capacity(tokens: int, experts: int, k: int, capacity_factor) -> int:
     capacity factor scales it. The product is taken in exact rational arithmetic (``capacity_factor`` as the
     decimal it prints as), so ``1.1 * 80 * 1 / 8`` gives 11, not 12.
     """
-    tokens = _positive_int("tokens", tokens, "expert_capacity")
-    experts = _positive_int("experts", experts, "expert_capacity")
-    k = _positive_int("k", k, "expert_capacity")
+    tokens = positive_int("expert_capacity: tokens", tokens)
+    experts = positive_int("expert_capacity: experts", experts)
+    k = positive_int("expert_capacity: k", k)
     if k > experts:
         raise ValueError(f"expert_capacity: k must be at most experts ({experts}), got {k}")
     if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float, np.integer, np.floating,
@@ -75,8 +71,8 @@ def top_k_routing(logits, k: int, capacity: int) -> Routing:
     import jax
     import jax.numpy as jnp
 
-    k = _positive_int("k", k, "top_k_routing")
-    capacity = _positive_int("capacity", capacity, "top_k_routing")
+    k = positive_int("top_k_routing: k", k)
+    capacity = positive_int("top_k_routing: capacity", capacity)
     if getattr(logits, "ndim", None) != 2:
         raise ValueError(f"top_k_routing: logits must have shape (tokens, experts), got shape "
                          f"{getattr(logits, 'shape', None)}")
@@ -102,8 +98,8 @@ def dispatch_and_combine(routing: Routing, experts: int, capacity: int, dtype=No
     import jax
     import jax.numpy as jnp
 
-    experts = _positive_int("experts", experts, "dispatch_and_combine")
-    capacity = _positive_int("capacity", capacity, "dispatch_and_combine")
+    experts = positive_int("dispatch_and_combine: experts", experts)
+    capacity = positive_int("dispatch_and_combine: capacity", capacity)
     dtype = dtype or jnp.float32
     where = (jax.nn.one_hot(routing.expert, experts, dtype=dtype)[..., :, None]
              * jax.nn.one_hot(jnp.where(routing.kept, routing.slot, capacity), capacity, dtype=dtype)[..., None, :])
@@ -118,7 +114,7 @@ def expert_load(expert, kept, experts: int) -> tuple[np.ndarray, np.ndarray]:
     ``expert`` and ``kept`` are a routing's fields (any shape, the same for both; several groups may be
     stacked). Their sum per expert is the expert's demand, what the router asked of it.
     """
-    experts = _positive_int("experts", experts, "expert_load")
+    experts = positive_int("expert_load: experts", experts)
     expert, kept = np.asarray(expert), np.asarray(kept, bool)
     if expert.shape != kept.shape:
         raise ValueError(f"expert_load: expert and kept must have the same shape, got {expert.shape} and "

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardlab.arguments import positive_int
 from shardlab.compiled import _COMPUTATION_RE, _COMMENT_RE, _parse_instruction
 from shardlab.cost_model import _chip, step_time
 
@@ -199,12 +200,6 @@ def async_windows(compiled, computation: str | None = None) -> list[AsyncWindow]
     return windows
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"ring_matmul_time: {name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
 def ring_matmul_time(rows: int, contract: int, cols: int, devices: int, chip, *, dtype_bytes: int = 2,
                      bidirectional: bool = False) -> dict:
     """Modelled time of ``all_gather(x) @ w`` written as a ring of ``devices`` steps, with and without overlap.
@@ -223,10 +218,10 @@ def ring_matmul_time(rows: int, contract: int, cols: int, devices: int, chip, *,
     all-gather followed by the product); ``saved``: their difference; ``bound``: which one a
     step waits for. Published peak figures: real steps are slower.
     """
-    rows, contract, cols, devices = (_positive_int(n, v) for n, v in
+    rows, contract, cols, devices = (positive_int(f"ring_matmul_time: {n}", v) for n, v in
                                      (("rows", rows), ("contract", contract), ("cols", cols),
                                       ("devices", devices)))
-    dtype_bytes = _positive_int("dtype_bytes", dtype_bytes)
+    dtype_bytes = positive_int("ring_matmul_time: dtype_bytes", dtype_bytes)
     if not isinstance(bidirectional, (bool, np.bool_)):
         raise ValueError(f"ring_matmul_time: bidirectional must be True or False, got {bidirectional!r}")
     for name, value in (("rows", rows), ("cols", cols)):

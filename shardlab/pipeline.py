@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardlab.arguments import positive_int as _positive
+
 __all__ = ["Schedule", "gpipe_schedule", "one_f_one_b_schedule", "circular_schedule", "bubble_fraction",
            "bubble_model", "in_flight", "draw_schedule"]
 
@@ -67,12 +69,6 @@ class Schedule:
     def __repr__(self) -> str:
         return (f"Schedule({self.name!r}, stages={self.stages}, microbatches={self.microbatches}, "
                 f"virtual={self.virtual}, steps={self.steps}, bubble={self.bubble:.3f})")
-
-
-def _positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 def _mirrored(name, stages, microbatches, virtual, mb_f, chunk_f) -> Schedule:

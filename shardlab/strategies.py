@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import math
 
+from shardlab.arguments import positive_int as _positive_int
 from shardlab.cost_model import bytes_all_gather, bytes_all_reduce, bytes_reduce_scatter, step_time
 
 __all__ = [
@@ -62,12 +63,6 @@ STRATEGIES = ("dp", "fsdp", "tp", "dp+tp")
 GRADIENT_REDUCTIONS = ("reduce-scatter", "all-reduce")
 
 _LOSS_BYTES = 4  # the float32 scalar loss
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardlab.arguments import positive_int
+
 #: The mesh axes every layout uses, in this order.
 AXES = ("data", "fsdp", "model")
 
@@ -34,9 +36,7 @@ class TransformerConfig:
 
     def __post_init__(self):
         for name in ("vocab", "d_model", "heads", "d_ff", "layers", "seq"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"TransformerConfig: {name} must be a positive integer, got {value!r}")
+            positive_int(f"TransformerConfig: {name}", getattr(self, name))
         if self.d_model % self.heads:
             raise ValueError(f"TransformerConfig: d_model ({self.d_model}) must be a multiple of heads "
                              f"({self.heads})")
@@ -177,8 +177,7 @@ def loss_fn(params, tokens, gather=None, residual=None):
 def reversal_batch(rng, batch: int, config: TransformerConfig) -> np.ndarray:
     """``batch`` sequences ``[x, reversed(x)]`` of ``config.seq`` tokens, ``x`` drawn from ``1..vocab-1``."""
     _check_config(config)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"reversal_batch: batch must be a positive integer, got {batch!r}")
+    batch = positive_int("reversal_batch: batch", batch)
     first = rng.integers(1, config.vocab, size=(batch, config.seq // 2))
     return np.concatenate([first, first[:, ::-1]], axis=1).astype(np.int32)
 
@@ -191,8 +190,7 @@ def model_flops(config: TransformerConfig, batch: int) -> int:
     subtracted). The embedding lookups are not products and count nothing.
     """
     _check_config(config)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"model_flops: batch must be a positive integer, got {batch!r}")
+    batch = positive_int("model_flops: batch", batch)
     d, f, s = config.d_model, config.d_ff, config.seq
     weights = config.layers * (4 * d * d + 2 * d * f) + d * config.vocab
     attention = config.layers * 2 * batch * s * s * d
@@ -201,10 +199,7 @@ def model_flops(config: TransformerConfig, batch: int) -> int:
 
 def mesh_factorisations(n: int, axes: int = 3) -> list[tuple[int, ...]]:
     """Every way to write ``n`` devices as ``axes`` mesh sizes (ordered), e.g. ``(2, 2, 2)`` for 8."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"mesh_factorisations: n must be a positive integer, got {n!r}")
-    if isinstance(axes, bool) or not isinstance(axes, int) or axes < 1:
-        raise ValueError(f"mesh_factorisations: axes must be a positive integer, got {axes!r}")
+    n, axes = positive_int("mesh_factorisations: n", n), positive_int("mesh_factorisations: axes", axes)
     if axes == 1:
         return [(n,)]
     return [(a,) + rest for a in range(n, 0, -1) if n % a == 0 for rest in mesh_factorisations(n // a, axes - 1)]
