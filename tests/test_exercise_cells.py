@@ -1,8 +1,9 @@
 """Every exercise hides its answer until the reader asks: on the page, in JupyterLab and in Colab.
 
 The reader's cell (``answer_N = ...``) comes first, then the visible check, then the book's answer in a
-cell whose code is collapsed on the page (``hide-input``), in JupyterLab (``jupyter.source_hidden``) and in
-Colab (``cellView: form`` with an ``@title`` line).
+cell collapsed with its output on the page (``hide-cell``, behind a toggle that says it is the answer), in
+JupyterLab (``jupyter.source_hidden`` and ``outputs_hidden``) and in Colab (``cellView: form`` with an
+``@title`` line).
 """
 
 import re
@@ -27,9 +28,13 @@ def test_answers_are_hidden_in_every_frontend(md):
     assert answers, f"{md.name}: no exercise answer cells (first line {ANSWER_TITLE!r})"
     for i, cell in answers:
         where = f"{md.name}, cell {i}"
-        assert "hide-input" in cell.metadata.get("tags", []), f"{where}: answer needs the hide-input tag"
-        assert cell.metadata.get("jupyter", {}).get("source_hidden") is True, \
-            f"{where}: answer needs jupyter.source_hidden (JupyterLab)"
+        assert "hide-cell" in cell.metadata.get("tags", []), f"{where}: answer needs the hide-cell tag"
+        prompts = cell.metadata.get("mystnb", {})
+        assert "answer" in prompts.get("code_prompt_show", ""), f"{where}: the page's toggle must say 'answer'"
+        assert "answer" in prompts.get("code_prompt_hide", ""), f"{where}: the page's toggle must say 'answer'"
+        hidden = cell.metadata.get("jupyter", {})
+        assert hidden.get("source_hidden") is True and hidden.get("outputs_hidden") is True, \
+            f"{where}: answer needs jupyter.source_hidden and outputs_hidden (JupyterLab)"
         assert cell.metadata.get("cellView") == "form", f"{where}: answer needs cellView: form (Colab)"
 
 

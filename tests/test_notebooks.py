@@ -33,3 +33,22 @@ def test_deprecation_warnings_fail_a_chapter(tmp_path):
 
     with pytest.raises(CellExecutionError, match="DeprecationWarning"):
         execute(nb, cwd=tmp_path)
+
+
+def _chapter_like(source):
+    # As in a chapter: shardlab is imported by the set-up cell, checks come in later cells.
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python",
+                                                           "display_name": "Python 3"}})
+    nb.cells = [nbformat.v4.new_code_cell("import numpy as np, shardlab"), nbformat.v4.new_code_cell(source)]
+    return nb
+
+
+def test_a_check_that_depends_on_round_off_fails_a_chapter(tmp_path):
+    from nbclient.exceptions import CellExecutionError
+
+    exact = "shardlab.check(np.array([1.0, 8e-5]), np.array([1.0, 8e-5]), rtol=0)"
+    with pytest.raises(CellExecutionError, match="float32 round-off"):
+        execute(_chapter_like(exact), cwd=tmp_path)
+    scaled = exact.replace("rtol=0", "rtol=1e-5")
+    nb = execute(_chapter_like(scaled), cwd=tmp_path)
+    assert nb.cells[1].outputs[0]["text"] == "Correct.\n"   # printed once, by the check itself

@@ -129,8 +129,13 @@ def test_exercise_answers_stay_hidden_until_asked_for(path, visit):
     for i in range(answers.count()):
         cell = answers.nth(i)
         code = cell.locator("pre", has_text="@title Answer").first
+        outputs = cell.locator(".cell_output")
         assert not code.is_visible(), f"answer {i} on {rel(path)} is shown before the reader asks"
-        cell.locator("summary").first.click()  # the reader asks: "Show code cell source"
+        assert all(not outputs.nth(k).is_visible() for k in range(outputs.count())), \
+            f"the output of answer {i} on {rel(path)} is shown before the reader asks"
+        toggle = cell.locator("summary").first
+        assert "Show the answer" in toggle.inner_text(), f"answer {i} on {rel(path)}: toggle does not say so"
+        toggle.click()  # the reader asks
         assert code.is_visible(), f"answer {i} on {rel(path)} does not open when asked for"
 
 
