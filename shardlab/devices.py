@@ -31,6 +31,18 @@ def _restart_kernel_error(found: list) -> RuntimeError:
     )
 
 
+def _brief_errors() -> None:
+    # In IPython, an error shows as its type and message: the chapters' deliberate errors stay a few
+    # lines instead of pages of JAX's internal frames, and print no path of the machine that ran them.
+    try:
+        from IPython import get_ipython
+    except ImportError:  # plain Python: nothing to set
+        return
+    shell = get_ipython()
+    if shell is not None and hasattr(shell, "InteractiveTB"):
+        shell.InteractiveTB.set_mode(mode="Minimal")
+
+
 def setup_devices(n: int = DEFAULT_DEVICE_COUNT) -> list:
     """Return ``n`` devices for the chapter to build meshes from.
 
@@ -40,10 +52,13 @@ def setup_devices(n: int = DEFAULT_DEVICE_COUNT) -> list:
 
     Must run before any other JAX computation in the process; if JAX already
     started with fewer than ``n`` devices, raises ``RuntimeError`` asking for a
-    kernel restart.
+    kernel restart. In IPython (Jupyter, Colab) it also switches errors to their
+    type and message alone (``%xmode minimal``); ``%xmode context`` brings full
+    tracebacks back.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"setup_devices: n must be a positive integer number of devices, got {n!r}")
+    _brief_errors()
 
     if _backends_started():
         found = jax.devices()
