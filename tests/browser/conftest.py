@@ -9,6 +9,9 @@ from tests.paths import ROOT
 
 HTML = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
+# A laptop's screen (the width at which the code box shows about 84 characters) and a phone's.
+DESKTOP = {"width": 1366, "height": 900}
+PHONE = {"width": 390, "height": 844}
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
@@ -31,12 +34,13 @@ def browser():
 class PageVisit:
     """One page opened from file://, with everything it logged and asked for."""
 
-    def __init__(self, browser, path):
-        self.page = browser.new_page(viewport={"width": 1280, "height": 900})
-        self.errors, self.failed, self.remote = [], [], []
+    def __init__(self, browser, path, viewport=DESKTOP):
+        self.page = browser.new_page(viewport=viewport)
+        self.errors, self.failed, self.remote, self.loaded = [], [], [], []
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.on("requestfailed", lambda r: self.failed.append(r.url))
+        self.page.on("requestfinished", lambda r: self.loaded.append(r.url))
         self.page.route("**/*", self._only_files)
         text = path.read_text(encoding="utf-8")
         redirect = re.search(r'http-equiv="refresh" content="0; url=([^"]+)"', text, re.IGNORECASE)
@@ -58,8 +62,8 @@ class PageVisit:
 def visit(browser):
     visits = []
 
-    def open_page(path):
-        v = PageVisit(browser, path)
+    def open_page(path, viewport=DESKTOP):
+        v = PageVisit(browser, path, viewport)
         visits.append(v)
         return v
 

@@ -14,7 +14,6 @@ from tests.paths import CHAPTERS, NUMBERED, ROOT
 PAGES = book_pages()
 CHAPTER_PAGES = [HTML / "notebooks" / f"{md.stem}.html" for md in CHAPTERS]
 EXERCISE_PAGES = [HTML / "notebooks" / f"{md.stem}.html" for md in NUMBERED]
-PAGE_LIMIT_BYTES = 3 * 1024 * 1024
 
 
 def rel(p: Path) -> str:
@@ -98,17 +97,6 @@ def test_static_explorers_respond_to_their_sliders(path, visit):
         after = _explorer_picture(explorer)
         assert before != after, f"explorer {i} on {rel(path)}: moving its first slider did not change the picture"
     assert v.errors == [], f"console errors while using explorers on {rel(path)}: {v.errors}"
-
-
-@pytest.mark.parametrize("path", CHAPTER_PAGES, ids=rel)
-def test_chapter_page_size(path):
-    total = path.stat().st_size
-    for src in set(refs(path).images):
-        target, _ = local_target(path, src)
-        if target is not None and target.exists():
-            total += target.stat().st_size
-    print(f"{rel(path)}: {total / 1e6:.2f} MB")
-    assert total <= PAGE_LIMIT_BYTES, f"{rel(path)} weighs {total / 1e6:.2f} MB (limit 3 MB)"
 
 
 @pytest.mark.parametrize("path", CHAPTER_PAGES, ids=rel)
