@@ -4,14 +4,23 @@
 on the slice and the mesh shape. At build time, for every target in ``shardlab.targets.TARGETS`` and every
 mesh shape over all of its devices (up to four axes of size > 1; axes of size 1 do not change the order),
 the order JAX picks on libtpu's description of that slice is recorded, or JAX's refusal of the shape.
+
+Axes of size 1 do not change which axis ``jax.make_mesh`` cannot place either, only that axis's position in
+the message (``logical_axis_index``). A refusal is stored once, as a template whose ``{axis}`` stands for
+that position and ``axis`` for the refused axis among those of size > 1; every shape with axes of size 1
+added (up to four axes in all) is refused at build time and checked against the template, and any message
+the template does not give is stored whole under ``exact`` (keyed by the full shape, e.g. ``"1x8x8"``).
+
 The result is a script (``_static/playground_topologies.js``), since a page opened from file:// cannot
 ``fetch`` a JSON file.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 
 from sphinx.util import logging
 
@@ -31,11 +40,53 @@ def _factorizations(n: int, k: int):
                 yield (d, *rest)
 
 
-def topology_orders() -> dict:
-    """{target name: {topology, where, devices, orders: [[ids]], meshes: {"2x4": index}, refused: {...}}}."""
+def padded(sizes: tuple, most: int = 4):
+    """`sizes` with axes of size 1 inserted anywhere, up to `most` axes in all: (full shape, positions of `sizes`)."""
+    for length in range(len(sizes), most + 1):
+        for places in itertools.combinations(range(length), len(sizes)):
+            full = [1] * length
+            for k, at in enumerate(places):
+                full[at] = sizes[k]
+            yield tuple(full), places
+
+
+def _make_mesh(sizes, devices):
+    """jax.make_mesh's device order for `sizes`, or its refusal as "Type: message"."""
     import jax
 
-    from shardlab.targets import TARGETS, quiet_libtpu, target_devices
+    from shardlab.targets import quiet_libtpu
+
+    try:
+        with quiet_libtpu():
+            mesh = jax.make_mesh(sizes, tuple("abcd"[:len(sizes)]), devices=devices)
+    except Exception as e:  # noqa: BLE001 - JAX's refusal is data for the page
+        return None, f"{type(e).__name__}: {e}"
+    return [int(d.id) for d in mesh.devices.flat], None
+
+
+def refusal_entry(sizes: tuple, text: str, devices) -> dict:
+    """The stored form of JAX's refusal of `sizes`: {text, axis, exact} (see the module's docstring)."""
+    found = re.search(r"logical_axis_index (\d+)", text)
+    entry = {"text": text, "axis": None, "exact": {}}
+    if found:
+        entry["axis"] = int(found.group(1))
+        entry["text"] = text[:found.start(1)] + "{axis}" + text[found.end(1):]
+    for full, places in padded(sizes):
+        if full == sizes:
+            continue
+        _, message = _make_mesh(full, devices)
+        expected = (entry["text"].replace("{axis}", str(places[entry["axis"]])) if entry["axis"] is not None
+                    else entry["text"])
+        if message != expected:
+            entry["exact"]["x".join(map(str, full))] = message
+    if not entry["exact"]:
+        del entry["exact"]
+    return entry
+
+
+def topology_orders() -> dict:
+    """{target name: {topology, where, devices, orders: [[ids]], meshes: {"2x4": index}, refused: {...}}}."""
+    from shardlab.targets import TARGETS, target_devices
 
     out = {}
     for name, target in TARGETS.items():
@@ -45,13 +96,10 @@ def topology_orders() -> dict:
         shapes = [()] if n == 1 else [f for k in range(1, 5) for f in _factorizations(n, k)]
         for sizes in shapes:
             key = "x".join(map(str, sizes))
-            try:
-                with quiet_libtpu():
-                    mesh = jax.make_mesh(sizes or (1,), tuple("abcd"[:len(sizes or (1,))]), devices=devices)
-            except Exception as e:  # noqa: BLE001 - JAX's refusal is data for the page
-                refused[key] = f"{type(e).__name__}: {e}"
+            order, message = _make_mesh(sizes or (1,), devices)
+            if message is not None:
+                refused[key] = refusal_entry(sizes, message, devices)
                 continue
-            order = [int(d.id) for d in mesh.devices.flat]
             if order not in orders:
                 orders.append(order)
             meshes[key] = orders.index(order)

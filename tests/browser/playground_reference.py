@@ -3,11 +3,15 @@
 Run as ``python playground_reference.py < request.json > answers.json``. The request is
 ``{"layouts": [case, ...], "reshards": [group, ...]}``:
 
-* a layout case ``{"names", "sizes", "order", "shape", "spec", "dtype"}`` (``order``: ``"list"`` or a target of
-  ``shardlab.targets.TARGETS``; ``spec``: entries, each null, a name or a list of names) is answered with the
-  device ids in mesh order, ``devices_indices_map`` in that order (``[start, stop]`` per dimension, null for
-  ``slice(None)``) and ``str(jax.typeof(x))`` of an argument traced under Explicit axes, or with JAX's refusal
-  ``[exception class, message]``;
+* a layout case ``{"names", "sizes", "order", "shape", "spec_text", "dtype"}`` (``order``: ``"list"`` or a target
+  of ``shardlab.targets.TARGETS``; ``spec_text``: a spec as a reader types it) is answered with the device ids in
+  mesh order, ``devices_indices_map`` in that order (``[start, stop]`` per dimension, null for ``slice(None)``),
+  the pieces (the devices holding each distinct index tuple, in mesh order) and ``str(jax.typeof(x))`` of an
+  argument traced under Explicit axes; or with JAX's refusal ``[exception class, message]`` (``error``);
+  or, where ``jax.make_mesh`` refuses the mesh on that slice, ``mesh_error`` ("Class: message"); or, where
+  Python does not accept the text, ``rejected`` (Python's error). The text is read as Python reads it after
+  ``import jax`` and ``from jax.sharding import PartitionSpec as P`` (``PartitionSpec`` also named), with
+  warnings as errors: as an expression giving a ``PartitionSpec``, else as the arguments of ``P(...)``;
 * a reshard group ``{"target", "names", "sizes", "shape", "pairs"}`` (``target``: ``"cpu"`` or a TPU target) is
   answered with, per pair of specs, ``{"kinds", "bytes"}``: the collective kinds ``shardlab.compiled.collectives_in``
   reads from ``jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, second))`` compiled for an input laid out by
@@ -24,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import warnings
 
 import jax
 
@@ -53,12 +58,43 @@ def _mesh(names, sizes, order):
         return jax.make_mesh(tuple(sizes), tuple(names), devices=target_devices(order), axis_types=explicit)
 
 
+NAMESPACE = {"__builtins__": {}, "jax": jax, "P": P, "PartitionSpec": P}
+
+
+def python_spec(text):
+    """("spec", P) or ("refused", exception) where P(...) raises, or ("rejected", Python's error)."""
+    why = None
+    for src in (text, f"P({text})"):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                code = compile(src, "<spec>", "eval")
+            value = eval(code, NAMESPACE)  # noqa: S307 - the test's own texts, with no builtins
+        except ValueError as e:          # P refused its entries
+            return "refused", e
+        except (SyntaxError, NameError, AttributeError, TypeError) as e:
+            why = why or e
+            continue
+        if isinstance(value, P):
+            return "spec", value
+    return "rejected", why
+
+
 def layout_answer(case):
-    mesh = _mesh(case["names"], case["sizes"], case["order"])
+    try:
+        mesh = _mesh(case["names"], case["sizes"], case["order"])
+    except Exception as e:  # noqa: BLE001 - jax.make_mesh's refusal of the shape on that slice is the answer
+        return {"mesh_error": f"{type(e).__name__}: {e}"}
     shape = tuple(case["shape"])
     answer = {"ids": [int(d.id) for d in mesh.devices.flat]}
+    kind, spec = python_spec(case["spec_text"])
+    if kind == "rejected":
+        answer["rejected"] = f"{type(spec).__name__}: {spec}"
+        return answer
     try:
-        sharding = NamedSharding(mesh, _spec(case["spec"]))
+        if kind == "refused":
+            raise spec
+        sharding = NamedSharding(mesh, spec)
         sharding.check_compatible_aval(shape)
         index_map = sharding.devices_indices_map(shape)
     except Exception as e:  # noqa: BLE001 - the refusal is the answer
@@ -66,6 +102,10 @@ def layout_answer(case):
         return answer
     answer["indices"] = [[None if s == slice(None) else [s.start, s.stop] for s in index_map[d]]
                          for d in mesh.devices.flat]
+    pieces = {}
+    for d, row in zip(mesh.devices.flat, answer["indices"]):
+        pieces.setdefault(json.dumps(row), []).append(int(d.id))
+    answer["pieces"] = list(pieces.values())
     seen = {}
 
     def f(x):
