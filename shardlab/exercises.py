@@ -107,7 +107,7 @@ def check(answer: Any, expected: Any, *, hint: str = "", run: Callable[[Any], An
         if tol is not None and not (_number(tol) and tol >= 0):
             raise ValueError(f"check: {name} must be a number >= 0 or None, got {tol!r}")
     if answer is Ellipsis:
-        print("Not answered yet: write your answer in place of the ... above, run that cell, then this one.")
+        print("Not answered yet: put your answer in place of the ... above, run it, then this.")
         return
     value = run(answer) if run is not None else answer
     problem = _mismatch(value, expected, rtol, atol)
