@@ -1,9 +1,12 @@
 """Pictures of layouts: which device holds which tile of an array, and the device grid of a mesh.
 
 One palette serves the whole book: device ``i`` is always drawn in ``device_color(i)``. A tile held
-by several devices (replicated) is drawn in diagonal stripes of its holders' colours and labelled
-with all of them. Figures are ``matplotlib.figure.Figure`` objects that pyplot does not know about
-(so a notebook never shows one twice); as the last expression of a cell they display as PNG.
+by one device is filled with that device's colour; a tile held by several devices (replicated) is
+filled with one neutral grey and labelled with its holders ("0,1,2,3", "16–31", "all 8 devices").
+Figures are ``matplotlib.figure.Figure`` objects that pyplot does not know about (so a notebook never
+shows one twice); as the last expression of a cell they display at twice the pixels of their displayed
+size, no wider than the page's text column, with text of at least 9 pt as displayed and an alt text
+that says what they show (``shardlab.display``).
 
 The drawing is done by ``Sheet``, which keeps its artists: drawing another layout on the same
 figure updates the image, labels and titles in place (that is what makes explorers fast).
@@ -24,6 +27,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
+from shardlab.display import COLUMN_PX, CSS_PX_PER_INCH, figure_bundle, page_image, quantize, text_scale
 from shardlab.layout import Layout, format_mesh, layout_of, tile_map, _normalise_mesh
 
 __all__ = ["PALETTE", "device_color", "draw_sharding", "draw_mesh", "draw_links", "physical_links", "hops",
@@ -35,14 +39,12 @@ _TAB20 = ['#1f77b4', '#aec7e8', '#ff7f0e', '#ffbb78', '#2ca02c', '#98df8a', '#d6
           '#bcbd22', '#dbdb8d', '#17becf', '#9edae5']
 PALETTE: tuple[str, ...] = tuple(_TAB20[0::2] + _TAB20[1::2])
 _PALETTE_RGB = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in PALETTE], dtype=np.uint8)
-_MANY_RGBA = np.array([221, 221, 221, 255], dtype=np.uint8)  # tiles with too many holders to stripe
 _ERROR_RGB = "#b00020"
 
-MAX_STRIPES = 16      # a tile with more holders than this is drawn plain grey and labelled with a count
 MAX_PANELS = 36       # small multiples shown for an N-D array; the rest are summarised in a note
 MAX_LABELS = 1024     # text labels per figure; beyond it labels are thinned to every k-th tile
-MIN_FONT = 5.0
-MAX_FONT = 11.0
+MIN_FONT = 9.0        # tile labels, in points as displayed: smallest (else labels are thinned) ...
+MAX_FONT = 12.0       # ... and largest
 
 
 def device_color(device_id: int) -> str:
@@ -138,14 +140,19 @@ class _FastCanvas(FigureCanvasAgg):
 
 
 class ShardFigure(Figure):
-    """A matplotlib Figure with its own Agg canvas, unknown to pyplot, shown as PNG by IPython."""
+    """A matplotlib Figure with its own Agg canvas, unknown to pyplot. IPython shows it as an HTML
+    ``<img>`` (and PNG) at twice the pixels of its displayed size, at most the page's column wide, with
+    an alt text saying what it shows (``shardlab.display.figure_bundle``)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         _FastCanvas(self)
 
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return figure_bundle(self, include, exclude)
+
     def _repr_png_(self):
-        return png_bytes(self, tight=True)
+        return page_image(self).data
 
 
 _PALETTE_CACHE: dict = {}
@@ -183,19 +190,21 @@ def _palette_image(key_colors: np.ndarray):
 
 
 def png_bytes(fig: Figure, *, tight: bool = False, colors: int | None = None, compact: bool = False,
-              palette=None) -> bytes:
-    """The figure as PNG bytes.
+              palette=None, format: str = "png") -> bytes:
+    """The figure as PNG bytes (or lossless WebP with ``format="webp"``), at the figure's dpi.
 
-    tight: crop to the drawn content (as notebooks do); colors: quantise to a palette of that many
-    colours (explorer frames); palette: instead, map to this (k, 3) array of the picture's colours
-    (and their blends), much faster; compact: spend more time for a smaller file (page frames).
+    tight: crop to the drawn content; colors: quantise to a palette of that many colours (explorer
+    frames); palette: instead, map to this (k, 3) array of the picture's colours (and their blends),
+    much faster; compact: spend more time for a smaller file (page frames).
     """
     from PIL import Image
 
+    if format not in ("png", "webp"):
+        raise ValueError(f"format: expected 'png' or 'webp', got {format!r}")
     if tight:
         buf = io.BytesIO()
         fig.savefig(buf, format="png", bbox_inches="tight", facecolor="white")
-        if colors is None and palette is None and not compact:
+        if colors is None and palette is None and not compact and format == "png":
             return buf.getvalue()
         img = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
     else:
@@ -206,9 +215,11 @@ def png_bytes(fig: Figure, *, tight: bool = False, colors: int | None = None, co
     if palette is not None:
         img = img.quantize(palette=_palette_image(np.asarray(palette, dtype=np.uint8)), dither=Image.Dither.NONE)
     elif colors:
-        img = img.quantize(colors=colors, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+        img = quantize(img, colors)
     out = io.BytesIO()
-    if compact:
+    if format == "webp":
+        img.save(out, format="WEBP", lossless=True, quality=100, method=2 if compact else 0)
+    elif compact:
         img.save(out, format="PNG", compress_level=9, optimize=True)
     else:
         img.save(out, format="PNG", compress_level=1)
@@ -220,6 +231,8 @@ def png_bytes(fig: Figure, *, tight: bool = False, colors: int | None = None, co
 
 
 def _holder_label(ids, total: int) -> str:
+    """The holders of a tile, listed (up to 8, in lines of 4) or shortened (a range, a progression,
+    "all n"). The sharding playground labels its tiles with the same rule."""
     ids = [int(i) for i in ids]
     n = len(ids)
     if n == 1:
@@ -235,7 +248,29 @@ def _holder_label(ids, total: int) -> str:
     return "\n".join(",".join(map(str, ids[i:i + per_line])) for i in range(0, n, per_line))
 
 
-_LABEL_BOX = dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.8)
+def _tile_labels(ids, total: int) -> list[str]:
+    """A tile's label at each level of detail, most explicit first: the holders listed (up to 8),
+    then shortened to a range ("16–31"), a progression ("0,4,…,60") or a count. A tile held by every
+    device of the mesh says so ("all 8 devices")."""
+    ids = [int(i) for i in ids]
+    n = len(ids)
+    if n == 1:
+        return [str(ids[0])]
+    if n == total:
+        return [f"all {n} devices", f"all {n}\ndevices", f"all {n}"]
+    step = ids[1] - ids[0]
+    regular = step > 0 and all(b - a == step for a, b in zip(ids, ids[1:]))
+    short = (f"{ids[0]}–{ids[-1]}" if regular and step == 1 and n > 2 else
+             f"{ids[0]},{ids[1]},…,{ids[-1]}" if regular and n > 4 else None)
+    levels = []
+    if n <= 8:
+        levels.append(_holder_label(ids, total))
+    if short:
+        levels.append(short)
+    elif n > 8:
+        levels.append(f"{n} devices\n{ids[0]},{ids[1]},…,{ids[-1]}")
+    levels.append(f"{n} devices" if n > 4 or not levels else levels[-1])
+    return list(dict.fromkeys(levels))
 
 
 def _ordinal(n: int) -> str:
@@ -247,6 +282,13 @@ def _slice_text(tile_idx, tile_len, shards) -> str:
     if shards == 1:
         return ":"
     return f"{tile_idx * tile_len}:{(tile_idx + 1) * tile_len}"
+
+
+def _ids_text(ids) -> str:
+    ids = [int(i) for i in ids]
+    if len(ids) > 2 and ids == list(range(ids[0], ids[0] + len(ids))):
+        return f"{ids[0]}–{ids[-1]}"
+    return ", ".join(map(str, ids))
 
 
 class _View:
@@ -274,6 +316,14 @@ class _View:
         self.num_panels_total = holders.shape[0]
         self.num_panels = min(self.num_panels_total, MAX_PANELS)
 
+    @property
+    def ratio(self) -> float:
+        """Height over width of a panel (1-D arrays are a strip)."""
+        if self.layout.ndim == 1:
+            return 0.14
+        h_el, w_el = self.plane_shape
+        return min(max(h_el / w_el, 0.2), 2.5) if h_el and w_el else 1.0
+
     def panel_title(self, p: int) -> str:
         lay = self.layout
         if lay.ndim <= 2:
@@ -292,9 +342,64 @@ class _View:
         split = f" — split by {' × '.join(map(repr, axes))}" if axes else " — not split"
         return f"dim {d} ({lay.shape[d]}){split}"
 
+    def tick_chars(self, d: int) -> int:
+        """Characters of the longest tick label along dimension ``d`` (0 for none)."""
+        lay = self.layout
+        if d < 0 or d >= lay.ndim:
+            return 0
+        if self.kind == "mesh":
+            return len(str(max(lay.mesh_sizes[d] - 1, 0)))
+        return len(str(lay.shape[d]))
+
+    def describe(self, title: str) -> str:
+        """The picture in words (its alt text): what is drawn, and who holds which tile."""
+        lay = self.layout
+        if self.kind == "mesh":
+            s = f"{title}: {lay.num_devices} devices, one cell each"
+            if lay.num_devices <= 64:
+                if lay.ndim == 2:
+                    rows = "; ".join(" ".join(map(str, r)) for r in lay.device_ids.tolist())
+                    s += f"; device ids by row along {lay.mesh_axes[0]!r}: {rows}"
+                else:
+                    s += f"; device ids in mesh order: {' '.join(map(str, lay.device_ids.ravel().tolist()))}"
+            return s
+        s = title if title != lay.spec_str() else f"Layout {lay.spec_str()}"
+        s += f": {lay.spec_str()} on mesh {lay.mesh_str()}, array {lay.shape}" if title != lay.spec_str() \
+            else f" on mesh {lay.mesh_str()}, array {lay.shape}"
+        n_tiles = math.prod(lay.shards)
+        rep = lay.replication
+        if lay.memory_kind not in (None, "device"):
+            s += f" in memory kind {lay.memory_kind}"
+        if n_tiles == 1:
+            return s + (f"; the whole array on all {rep} devices ({_ids_text(lay.device_ids.ravel())})"
+                        if rep > 1 else f"; the whole array on device {int(lay.device_ids.ravel()[0])}")
+        s += f"; {n_tiles} tiles of {lay.tile_shape}"
+        s += ", each on one device" if rep == 1 else f", each on {rep} devices"
+        if n_tiles <= 16:
+            holders = lay.tile_holders.reshape(-1, rep)
+            tiles = [" ".join(map(str, np.unravel_index(t, lay.shards))) for t in range(n_tiles)]
+            said = [f"tile {t} on {_ids_text(h)}" if rep > 1 else f"{int(h[0])}" for t, h in zip(tiles, holders)]
+            s += ("; holders in tile order: " + "; ".join(said)) if rep > 1 else \
+                ("; device ids in tile order: " + " ".join(said))
+        return s
+
 
 # --------------------------------------------------------------------------------------------
 # The drawing engine
+
+# Text sizes in points as displayed; a figure wider than the page's column draws them larger
+# (display.text_scale), so that they are these sizes where the page shows them.
+TITLE_PT = 12.0
+SUBTITLE_PT = 9.5
+NOTE_PT = 9.0
+PANEL_TITLE_PT = 9.5
+AXIS_LABEL_PT = 9.5
+TICK_PT = 9.0
+LEGEND_PT = 9.0
+ERROR_PT = 10.5
+LINE = 1.25           # line height over font size
+CHAR_W = 0.62         # a character's average width over font size (DejaVu Sans, digits and letters)
+_PT = 1 / 72          # inches per point
 
 
 class _TileImage(Artist):
@@ -344,30 +449,33 @@ class _Panel:
     """One Axes with an image of tiles, their borders, labels, and its own tick and axis labels
     (plain texts: matplotlib's Axis machinery is half the cost of a frame and is not needed)."""
 
-    def __init__(self, fig, rect):
+    def __init__(self, fig, rect, k: float):
         ax = fig.add_axes(rect)
         ax.set_anchor("C")
         ax.set_axis_off()
         self.ax = ax
+        self.k = k
         self.image = _TileImage(ax)
         ax.add_artist(self.image)
         self.lines = LineCollection([], colors="white", linewidths=1.5)
         ax.add_collection(self.lines)
         self.texts = []
         self.xticks, self.yticks = [], []
-        self._xtrans = offset_copy(ax.get_xaxis_transform(), fig=fig, y=-2, units="points")
+        tick = TICK_PT * k
+        self._xtrans = offset_copy(ax.get_xaxis_transform(), fig=fig, y=-3, units="points")
         self._ytrans = offset_copy(ax.get_yaxis_transform(), fig=fig, x=-3, units="points")
-        self.xlabel = ax.text(0.5, 0, "", transform=offset_copy(ax.transAxes, fig=fig, y=-12, units="points"),
-                              ha="center", va="top", fontsize=8)
+        self.xlabel = ax.text(0.5, 0, "", transform=offset_copy(ax.transAxes, fig=fig, y=-(5 + tick * LINE),
+                                                                 units="points"),
+                              ha="center", va="top", fontsize=AXIS_LABEL_PT * k, linespacing=1.1)
         self.ylabel = ax.text(0, 0.5, "", transform=ax.transAxes, rotation=90, ha="right", va="center",
-                              fontsize=8)
+                              fontsize=AXIS_LABEL_PT * k, linespacing=1.1)
         self.ticks_key = None
 
     def label(self, i: int):
         if i < len(self.texts):
             t = self.texts[i]
         else:
-            t = self.ax.text(0, 0, "", ha="center", va="center", linespacing=1.0, clip_on=True)
+            t = self.ax.text(0, 0, "", ha="center", va="center", linespacing=1.0, clip_on=False)
             t._shardlab_tile_label = True  # lets tests and readers tell tile labels from tick labels
             self.texts.append(t)
         t.set_visible(True)
@@ -375,11 +483,12 @@ class _Panel:
 
     def set_ticks(self, xs, xlabels, ys, ylabels):
         """Tick labels along the bottom (x in data units) and the left (y in data units)."""
+        size = TICK_PT * self.k
         for pool, pos, labs, trans, kw in ((self.xticks, xs, xlabels, self._xtrans, dict(ha="center", va="top")),
                                            (self.yticks, ys, ylabels, self._ytrans, dict(ha="right", va="center"))):
             for i, (p, lab) in enumerate(zip(pos, labs)):
                 if i == len(pool):
-                    pool.append(self.ax.text(0, 0, "", transform=trans, fontsize=7, color="#444444", **kw))
+                    pool.append(self.ax.text(0, 0, "", transform=trans, fontsize=size, color="#333333", **kw))
                 t = pool[i]
                 t.set_text(lab)
                 t.set_position((p, 0) if pool is self.xticks else (0, p))
@@ -389,27 +498,81 @@ class _Panel:
         # The y label sits left of the widest y tick label.
         widest = max((len(l) for l in ylabels), default=0)
         self.ylabel.set_transform(offset_copy(self.ax.transAxes, fig=self.ax.figure,
-                                              x=-(6 + 4.4 * widest), units="points"))
+                                              x=-(3 + 3 + CHAR_W * size * widest + 2), units="points"))
+
+
+def _wrap(text: str, width_pt: float, size: float, max_lines: int = 3) -> str:
+    """``text`` wrapped to lines of at most ``width_pt`` at font ``size`` (existing line breaks kept)."""
+    chars = max(12, int(width_pt / (CHAR_W * size)))
+    lines = []
+    for para in str(text).split("\n"):
+        lines.extend(textwrap.wrap(para, chars, break_on_hyphens=False) or [""])
+    if len(lines) > max_lines:
+        lines = lines[:max_lines]
+        lines[-1] = textwrap.shorten(lines[-1] + " …", chars, placeholder=" …")
+    return "\n".join(lines)
+
+
+def _wrap_parts(parts, width_pt: float, size: float, sep: str = " · ") -> str:
+    """Join ``parts`` with ``sep``, starting a new line where the next part would not fit."""
+    chars = max(12, int(width_pt / (CHAR_W * size)))
+    lines = [parts[0]] if parts else []
+    for part in parts[1:]:
+        if len(lines[-1]) + len(sep) + len(part) <= chars:
+            lines[-1] += sep + part
+        else:
+            lines.append(part)
+    return "\n".join(_wrap(l, width_pt, size, max_lines=2) for l in lines)
+
+
+_LABEL_BOX = dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85)
+_NEUTRAL = np.array([232, 232, 232, 255], dtype=np.uint8)   # a tile held by several devices
+_NEUTRAL_EDGE = "#8c8c8c"                                    # borders between such tiles
 
 
 class Sheet:
     """Draws layouts on one figure, within ``rect`` (figure fraction); drawing again reuses the axes,
-    image, line and text artists whenever the new picture has the same number of panels."""
+    image, line and text artists whenever the new picture has the same structure.
+
+    Text is sized for the page: at least 9 pt where the page displays the figure (a figure wider than
+    the text column is shown smaller, so its text is drawn larger by ``display.text_scale``). A tile
+    held by one device is filled with that device's colour; a tile held by several is filled with one
+    neutral grey and labelled with its holders, so replication reads as replication.
+    """
 
     def __init__(self, fig: Figure, rect=(0.0, 0.0, 1.0, 1.0)):
         self.fig = fig
         self.rect = tuple(rect)
         self.panels: list[_Panel] = []
         self.structure = None
-        self.title = fig.text(0, 0, "", ha="center", va="top", fontsize=11, fontweight="bold")
-        self.subtitle = fig.text(0, 0, "", ha="center", va="top", fontsize=8.5, color="#333333")
-        self.note = fig.text(0, 0, "", ha="center", va="bottom", fontsize=7.5, color="#555555")
-        self.error = fig.text(0, 0, "", ha="center", va="center", fontsize=10, color=_ERROR_RGB,
-                              wrap=False, visible=False)
+        self.k = text_scale(fig)
+        self.title = fig.text(0, 0, "", ha="center", va="top", fontweight="bold", linespacing=1.1)
+        self.subtitle = fig.text(0, 0, "", ha="center", va="top", color="#333333", linespacing=1.15)
+        self.note = fig.text(0, 0, "", ha="center", va="bottom", color="#444444", linespacing=1.15)
+        self.error = fig.text(0, 0, "", ha="center", va="center", color=_ERROR_RGB, wrap=False, visible=False)
         self.legend = None
         self.key_colors = np.zeros((0, 3), dtype=np.uint8)  # the colours this sheet's picture uses
-        self._grids = {}
-        self._place_texts()
+        self._description = ""
+        self._error = None
+        self._set_font_sizes()
+
+    def _set_font_sizes(self):
+        k = self.k = text_scale(self.fig)
+        self.title.set_fontsize(TITLE_PT * k)
+        self.subtitle.set_fontsize(SUBTITLE_PT * k)
+        self.note.set_fontsize(NOTE_PT * k)
+        self.error.set_fontsize(ERROR_PT * k)
+
+    def owned_texts(self) -> list:
+        """The figure-level texts this sheet draws (title, subtitle, note, error, legend)."""
+        texts = [self.title, self.subtitle, self.note, self.error]
+        if self.legend is not None:
+            texts += list(self.legend.get_texts())
+        return texts
+
+    def describe(self) -> str:
+        """What the sheet shows now, in words (an alt text)."""
+        return self._description
 
     # geometry ----------------------------------------------------------------------------------
     def _inches(self):
@@ -417,43 +580,78 @@ class Sheet:
         x0, y0, rw, rh = self.rect
         return w * rw, h * rh
 
-    def _place_texts(self):
-        x0, y0, rw, rh = self.rect
-        _, h_in = self._inches()
-        fh = self.fig.get_size_inches()[1]
-        self.title.set_position((x0 + rw / 2, y0 + rh - 0.06 / fh))
-        self.subtitle.set_position((x0 + rw / 2, y0 + rh - 0.30 / fh))
-        self.note.set_position((x0 + rw / 2, y0 + 0.04 / fh))
-        self.error.set_position((x0 + rw / 2, y0 + rh * 0.45))
+    def _line(self, size_pt: float) -> float:
+        """Height of one line of text of ``size_pt`` (as displayed), in figure inches."""
+        return size_pt * self.k * LINE * _PT
 
-    def _build(self, n_panels: int, ratio: float, has_panel_titles: bool, n_notes: int, n_sub_lines: int = 1):
-        for p in self.panels:
-            p.ax.remove()
-        self.panels = []
+    def _bands(self, n_title: int, n_sub: int, n_note: int, n_legend: int):
+        """Inches above the panels (title, subtitle) and below them (notes, legend)."""
+        top = 0.05 + n_title * self._line(TITLE_PT) * 0.9 + n_sub * self._line(SUBTITLE_PT) * 0.92 + 0.06
+        bottom = 0.03 + n_note * self._line(NOTE_PT) * 0.92 + n_legend * self._line(LEGEND_PT) * 1.15 + \
+            (0.05 if n_note or n_legend else 0.0)
+        return top, bottom
+
+    def _place_texts(self, n_title: int, n_note: int):
+        x0, y0, rw, rh = self.rect
+        fh = self.fig.get_size_inches()[1]
+        self.title.set_position((x0 + rw / 2, y0 + rh - 0.05 / fh))
+        self.subtitle.set_position((x0 + rw / 2, y0 + rh - (0.07 + n_title * self._line(TITLE_PT) * 0.9) / fh))
+        self.note.set_position((x0 + rw / 2, y0 + 0.03 / fh))
+        self.error.set_position((x0 + rw / 2, y0 + rh * 0.45))
+        self._legend_y = y0 + (0.03 + n_note * self._line(NOTE_PT) * 0.92 + (0.03 if n_note else 0)) / fh
+
+    def _geometry(self, s):
+        """Panel rectangles (figure fraction) and a panel's drawn size in points, for structure ``s``."""
         fw, fh = self.fig.get_size_inches()
         x0, y0, rw, rh = self.rect
         w_in, h_in = rw * fw, rh * fh
-        top, bottom = 0.47 + 0.15 * n_sub_lines, 0.12 + 0.16 * n_notes
-        # Choose the panel grid whose cells best fit the panels' aspect ratio.
+        k = self.k
+        top, bottom = self._bands(s["title_lines"], s["sub_lines"], s["note_lines"], s["legend_rows"])
+        tick_w = CHAR_W * TICK_PT * k * _PT
+        left = 0.04 + (3 + 3) * _PT + s["ytick_chars"] * tick_w + 2 * _PT + s["ylabel_lines"] * self._line(AXIS_LABEL_PT)
+        right = 0.06 + 0.5 * s["xtick_chars"] * tick_w
+        below = 0.07 + (3 + 2) * _PT + self._line(TICK_PT) + s["xlabel_lines"] * self._line(AXIS_LABEL_PT) * 0.9
+        above = (self._line(PANEL_TITLE_PT) + 0.06) if s["panel_titles"] else 0.05
+        n, ratio = s["panels"], s["ratio"]
         best = None
-        for cols in range(1, n_panels + 1):
-            rows = math.ceil(n_panels / cols)
+        for cols in range(1, n + 1):
+            rows = math.ceil(n / cols)
             cw, ch = w_in / cols, (h_in - top - bottom) / rows
-            pw, ph = cw - 0.55, ch - 0.5 - (0.18 if has_panel_titles else 0)
+            pw, ph = cw - left - right, ch - below - above
             if pw <= 0 or ph <= 0:
                 continue
             size = min(pw, ph / ratio)  # drawn width of one panel
             if best is None or size > best[0] + 1e-9:
                 best = (size, cols, rows)
-        cols, rows = (best[1], best[2]) if best else (math.ceil(math.sqrt(n_panels)),) * 2
+        cols, rows = (best[1], best[2]) if best else (math.ceil(math.sqrt(n)),) * 2
         cw, ch = w_in / cols, (h_in - top - bottom) / rows
-        for p in range(n_panels):
+        width, height = max(cw - left - right, 0.05), max(ch - below - above, 0.05)
+        rects = []
+        for p in range(n):
             r, c = divmod(p, cols)
-            left = c * cw + 0.5
-            low = bottom + (rows - 1 - r) * ch + 0.42
-            width = max(cw - 0.72, 0.05)
-            height = max(ch - 0.48 - (0.2 if has_panel_titles else 0), 0.05)
-            self.panels.append(_Panel(self.fig, (x0 + left / fw, y0 + low / fh, width / fw, height / fh)))
+            lo = bottom + (rows - 1 - r) * ch + below
+            rects.append((x0 + (c * cw + left) / fw, y0 + lo / fh, width / fw, height / fh))
+        aw, ah = width * 72, height * 72
+        if ah / aw > ratio:
+            ah = aw * ratio
+        else:
+            aw = ah / ratio
+        return rects, (aw, ah)
+
+    def _build(self, s):
+        """Panels placed for structure ``s``: the existing ones moved (Axes are slow to make), new ones
+        made, extra ones removed."""
+        rects, _ = self._geometry(s)
+        keep = [p for p in self.panels if p.k == self.k][: len(rects)]
+        for p in self.panels:
+            if p not in keep:
+                p.ax.remove()
+        for p, r in zip(keep, rects):
+            p.ax.set_position(r)
+        self.panels = keep + [_Panel(self.fig, r, self.k) for r in rects[len(keep):]]
+        for p in self.panels:
+            p.ax.set_box_aspect(s["ratio"])
+            p.ticks_key = None
 
     # drawing -----------------------------------------------------------------------------------
     def draw(self, x, *, color_by: str = "device", title: str | None = None, kind: str = "array"):
@@ -462,100 +660,215 @@ class Sheet:
         if color_by != "device" and color_by not in layout.mesh_axes:
             raise ValueError(f"color_by: expected 'device' or a mesh axis name "
                              f"({', '.join(map(repr, layout.mesh_axes))}), got {color_by!r}")
+        self._set_font_sizes()
+        k = self.k
         view = _View(layout, kind)
+        w_pt = self._inches()[0] * 72 - 8
         notes = []
         if view.num_panels < view.num_panels_total:
             notes.append(f"showing {view.num_panels} of {view.num_panels_total} slices")
-        if color_by != "device":
-            notes.append(f"colour = coordinate along mesh axis {color_by!r}")
-        h_el, w_el = view.plane_shape
-        if layout.ndim == 1:
-            ratio = 0.14
-        else:
-            ratio = min(max(h_el / w_el, 0.2), 2.5) if h_el and w_el else 1.0
-        sub = self._subtitle(layout, title, kind)
-        structure = (view.num_panels, ratio, layout.ndim > 2, len(notes) + 1, sub.count("\n") + 1)
-        if structure != self.structure:
-            self._build(*structure)
-            self.structure = structure
+        colors, neutral_any = self._tile_colors(view, color_by)
+        legend = self._legend_entries(layout, color_by, neutral_any)
+        legend_cols = max(1, min(len(legend), int(w_pt // ((max((len(l) for _, l in legend), default=1) + 3)
+                                                              * CHAR_W * LEGEND_PT * k))))
+        legend_rows = math.ceil(len(legend) / legend_cols) if legend else 0
+        title_text = _wrap(title if title is not None else layout.spec_str(), w_pt, TITLE_PT * k, max_lines=2)
+        sub = self._subtitle(layout, title, kind, w_pt)
+        xlab = view.dim_label(layout.ndim - 1) if layout.ndim else ""
+        ylab = view.dim_label(layout.ndim - 2) if layout.ndim >= 2 else ""
+        def layout_for(label_note):
+            note_text = _wrap_parts(notes + ([label_note] if label_note else []), w_pt, NOTE_PT * k)
+            s = dict(panels=view.num_panels, ratio=view.ratio, panel_titles=layout.ndim > 2,
+                     title_lines=title_text.count("\n") + 1, sub_lines=sub.count("\n") + 1,
+                     note_lines=note_text.count("\n") + 1 if note_text else 0, legend_rows=legend_rows,
+                     ytick_chars=view.tick_chars(layout.ndim - 2) if layout.ndim >= 2 else 0,
+                     xtick_chars=view.tick_chars(layout.ndim - 1) if layout.ndim else 0,
+                     xlabel_lines=1 if xlab else 0, ylabel_lines=1 if ylab else 0, k=k)
+            # Axis labels too long for their side of a panel go on two lines, or lose their second half.
+            for _ in range(2):
+                _, (aw, ah) = self._geometry(s)
+                x_text, y_text = self._axis_label(xlab, aw + 40), self._axis_label(ylab, ah + 10)
+                lines = (x_text.count("\n") + 1 if x_text else 0, y_text.count("\n") + 1 if y_text else 0)
+                if lines == (s["xlabel_lines"], s["ylabel_lines"]):
+                    break
+                s["xlabel_lines"], s["ylabel_lines"] = lines
+            return s, note_text, x_text, y_text, (aw, ah), self._label_plan(view, aw, ah)
+
+        s, note_text, x_text, y_text, (aw, ah), plan = layout_for(None)
+        if plan["note"]:
+            # Say that labels are thinned, unless the line saying it leaves less room for them (then
+            # the thinning speaks for itself).
+            with_note = layout_for(plan["note"])
+            if with_note[-1]["stride"] == plan["stride"]:
+                s, note_text, x_text, y_text, (aw, ah), plan = with_note
+        key = tuple(sorted(s.items()))
+        if key != self.structure:
+            self._build(s)
+            self.structure = key
+        self._place_texts(s["title_lines"], s["note_lines"])
         self.error.set_visible(False)
 
-        colors, mode_note = self._colors(layout, color_by)
-        used = colors[np.unique(layout.device_ids.ravel())] if layout.num_devices else colors
-        self.key_colors = np.unique(used[:, :3], axis=0)
-        label_note = self._paint_panels(view, ratio, colors, color_by)
-        if label_note:
-            notes.append(label_note)
-        if mode_note:
-            notes.append(mode_note)
+        used = colors.reshape(-1, 4)[:, :3]
+        extra = [to_rgb(_NEUTRAL_EDGE)] if neutral_any else []
+        self.key_colors = np.unique(np.vstack([used, np.round(np.array(extra).reshape(-1, 3) * 255)]).astype(np.uint8),
+                                    axis=0)
+        self._paint_panels(view, colors, neutral_any, plan, x_text, y_text, aw, ah)
 
-        self.title.set_text(title if title is not None else layout.spec_str())
+        self.title.set_text(title_text)
         self.subtitle.set_text(sub)
-        self.note.set_text("  ·  ".join(notes))
-        self._set_legend(layout, color_by)
+        self.note.set_text(note_text)
+        self._set_legend(legend, legend_cols)
+        self._description = view.describe(title if title is not None else layout.spec_str())
         return self.fig
 
-    def _subtitle(self, layout: Layout, title: str | None, kind: str) -> str:
+    def _subtitle(self, layout: Layout, title: str | None, kind: str, w_pt: float) -> str:
         """The line under the title, wrapped at its " · " separators to the sheet's width."""
+        # (priority, text): where two lines cannot hold them all, the least needed go first.
         if kind == "mesh":
-            parts = [f"{layout.num_devices} devices; each cell is one device, labelled with its id"]
+            parts = [(0, f"{layout.num_devices} devices"), (2, "each cell is one device, labelled with its id")]
         else:
-            parts = [f"mesh {layout.mesh_str()}", f"array {layout.shape}", f"tile {layout.tile_shape}"]
+            parts = [(1, f"mesh {layout.mesh_str()}"), (2, f"array {layout.shape}"), (4, f"tile {layout.tile_shape}")]
             if title is not None:
-                parts.insert(0, layout.spec_str())  # a caller's title replaces the spec line
-            if layout.replication > 1:
-                parts.append(f"each tile on {layout.replication} devices")
-        max_chars = max(24, int(self._inches()[0] * 72 / 5.2))  # 8.5 pt text: about 5.2 pt a character
-        lines = [parts[0]]
-        for part in parts[1:]:
-            if len(lines[-1]) + 3 + len(part) <= max_chars:
-                lines[-1] += " · " + part
-            else:
-                lines.append(part)
+                parts.insert(0, (0, layout.spec_str()))  # a caller's title replaces the spec line
+            rep = layout.replication
+            if rep > 1:
+                parts.append((3, f"whole array on all {rep} devices (grey)" if rep == layout.num_devices
+                              else f"each tile on {rep} devices (grey)"))
         if layout.memory_kind not in (None, "device"):
-            lines.append(f"memory kind: {layout.memory_kind}")
-        return "\n".join(lines)
+            parts.append((1, f"memory kind: {layout.memory_kind}"))
+        while True:
+            text = _wrap_parts([t for _, t in parts], w_pt, SUBTITLE_PT * self.k)
+            if text.count("\n") < 2 or len(parts) == 1:
+                return text
+            parts.remove(max(parts, key=lambda p: p[0]))
 
     def draw_error(self, message: str, *, title: str | None = None):
         """Show ``message`` instead of a picture (panels are hidden, kept for the next draw)."""
+        self._set_font_sizes()
         for p in self.panels:
             p.ax.set_visible(False)
-        self._set_legend(None, "device")
-        self.title.set_text(title or "")
+        self._set_legend([], 1)
+        w_pt = self._inches()[0] * 72 - 8
+        self.title.set_text(_wrap(title or "", w_pt, TITLE_PT * self.k, max_lines=3))
+        self._place_texts(1, 0)
         self.subtitle.set_text("")
         self.note.set_text("")
-        w_in, _ = self._inches()
-        width = max(20, int(w_in * 72 / 6.2))
-        self.error.set_text("\n".join(textwrap.wrap(str(message), width)[:12]))
+        self.error.set_text(_wrap(str(message), w_pt, ERROR_PT * self.k, max_lines=12))
         self.error.set_visible(True)
+        self._error = (title or "", str(message))
+        self._description = (f"{title}: " if title else "") + " ".join(str(message).split())
         return self.fig
 
-    def _colors(self, layout: Layout, color_by: str):
-        """A lookup table device id -> RGBA for this picture."""
-        ids = layout.device_ids.ravel()
-        lut = np.zeros((int(ids.max()) + 1 if ids.size else 1, 4), dtype=np.uint8)
-        lut[:, 3] = 255
-        if color_by == "device":
-            lut[ids, :3] = _PALETTE_RGB[ids % len(_PALETTE_RGB)]
-            return lut, None
-        coords = layout.mesh_coords(color_by).ravel()
-        lut[ids] = _coord_colors(layout.mesh_sizes[layout.mesh_axes.index(color_by)])[coords]
-        return lut, None
+    def error_shown(self):
+        """(title, message) while the sheet shows an error instead of a picture, else None."""
+        return self._error if self.error.get_visible() else None
 
-    def _set_legend(self, layout, color_by):
-        if self.legend is not None:
-            self.legend.remove()
-            self.legend = None
-        if layout is None or color_by == "device":
-            return
+    def _tile_colors(self, view: _View, color_by: str):
+        """RGBA of every tile, (panels, R, C, 4), and whether any tile is held by several devices
+        whose colours differ (drawn neutral)."""
+        lay = view.layout
+        hold = view.holders[: view.num_panels]                       # (P, R, C, rep)
+        ids = lay.device_ids.ravel()
+        if color_by == "device":
+            lut = np.zeros((int(ids.max()) + 1 if ids.size else 1, 4), dtype=np.uint8)
+            lut[:, 3] = 255
+            lut[ids, :3] = _PALETTE_RGB[ids % len(_PALETTE_RGB)]
+            if lay.replication == 1:
+                return lut[hold[..., 0]], False
+            return np.broadcast_to(_NEUTRAL, hold.shape[:3] + (4,)).copy(), True
+        coord = np.zeros(int(ids.max()) + 1 if ids.size else 1, dtype=np.int64)
+        coord[ids] = lay.mesh_coords(color_by).ravel()
+        cols = _coord_colors(lay.mesh_sizes[lay.mesh_axes.index(color_by)])
+        c = coord[hold]                                              # (P, R, C, rep)
+        same = (c == c[..., :1]).all(axis=-1)
+        out = np.where(same[..., None], cols[c[..., 0]], _NEUTRAL)
+        return out.astype(np.uint8), bool((~same).any())
+
+    def _legend_entries(self, layout, color_by, neutral_any):
+        if color_by == "device":
+            return []
         n = layout.mesh_sizes[layout.mesh_axes.index(color_by)]
         cols = _coord_colors(n) / 255.0
         shown = range(n) if n <= 16 else list(range(8)) + list(range(n - 8, n))
-        handles = [Patch(color=cols[i], label=f"{color_by}={i}") for i in shown]
-        self.legend = self.fig.legend(handles=handles, loc="upper right", fontsize=7, frameon=False,
-                                      handlelength=1.0, borderaxespad=0.2, labelspacing=0.2)
+        entries = [(cols[i], f"{color_by}={i}") for i in shown]
+        if neutral_any:
+            entries.append((_NEUTRAL / 255.0, "several"))
+        return entries
 
-    def _paint_panels(self, view: _View, ratio: float, lut: np.ndarray, color_by: str):
+    def _set_legend(self, entries, ncol):
+        if self.legend is not None:
+            self.legend.remove()
+            self.legend = None
+        if not entries:
+            return
+        x0, y0, rw, rh = self.rect
+        handles = [Patch(facecolor=c, edgecolor="#999999" if lab == "several" else c, label=lab) for c, lab in entries]
+        self.legend = self.fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(x0 + rw / 2, self._legend_y),
+                                      fontsize=LEGEND_PT * self.k, frameon=False, ncol=ncol, handlelength=1.0,
+                                      borderaxespad=0.0, borderpad=0.1, labelspacing=0.2, columnspacing=1.0,
+                                      handletextpad=0.4)
+
+    def _axis_label(self, full: str, room_pt: float) -> str:
+        """``full`` ("dim 0 (8) — split by 'x'") on one line, on two, or its first half, whichever first
+        fits in ``room_pt``; empty if none does."""
+        if not full:
+            return ""
+        head = full.split(" — ")[0]
+        for text in (full, full.replace(" — ", "\n", 1), head):
+            if max(len(l) for l in text.split("\n")) * CHAR_W * AXIS_LABEL_PT * self.k <= room_pt:
+                return text
+        return ""
+
+    def _label_plan(self, view: _View, aw: float, ah: float) -> dict:
+        """The tile labels' level of detail, font size and thinning stride for panels ``aw`` x ``ah`` points."""
+        lay = view.layout
+        R, C = view.grid
+        k = self.k
+        tile_w_pt, tile_h_pt = aw / C, ah / R
+        hold = view.holders[0]
+        total = lay.num_devices
+        if lay.replication == 1:
+            max_id = int(lay.device_ids.max()) if lay.num_devices else 0
+            candidates = [[str(max_id)]]
+        else:
+            per_tile = [_tile_labels(hold[r, c], total) for r in range(R) for c in range(C)]
+            depth = max(len(p) for p in per_tile)
+            candidates = [[p[min(i, len(p) - 1)] for p in per_tile] for i in range(depth)]
+
+        def fit(labels):
+            lines = max(l.count("\n") + 1 for l in labels)
+            chars = max(len(x) for l in labels for x in l.split("\n"))
+            return min(MAX_FONT * k, tile_w_pt * 0.88 / (CHAR_W * chars), tile_h_pt * 0.82 / (LINE * lines)), \
+                chars, lines
+
+        level = 0
+        for level, labels in enumerate(candidates):
+            fs, chars, lines = fit(labels)
+            if fs >= MIN_FONT * k:
+                break
+        stride = 1
+        boxed = fs < MIN_FONT * k
+        if boxed:
+            # At the smallest size a label may cover its tile's borders (in a white box), not its
+            # neighbours' labels: where it is wider or taller than a tile, only every stride-th is shown.
+            fs = MIN_FONT * k
+            need_x = fs * CHAR_W * chars / (tile_w_pt * 0.95) if C > 1 else 1.0
+            need_y = fs * LINE * lines / (tile_h_pt * 0.95) if R > 1 else 1.0
+            need = max(need_x, need_y)
+            stride = 1 if need <= 1.2 else int(math.ceil(need - 1e-9))   # boxes may touch, not cover
+        while math.ceil(R / stride) * math.ceil(C / stride) * view.num_panels > MAX_LABELS:
+            stride += 1
+        note = None
+        if stride > 1:
+            room = self._inches()[0] * 72 - 8
+            note = f"labels on every {_ordinal(stride)} tile"
+            for more in (f" in each direction ({R}×{C} tiles per panel)", " in each direction"):
+                if len(note + more) * CHAR_W * NOTE_PT * k <= room * 0.9:
+                    note += more
+                    break
+        return dict(level=level, font=fs, stride=stride, note=note, chars=chars, lines=lines, boxed=boxed)
+
+    def _paint_panels(self, view: _View, colors, neutral, plan, xlab, ylab, aw, ah):
         lay = view.layout
         R, C = view.grid
         h_el, w_el = view.plane_shape
@@ -563,136 +876,95 @@ class Sheet:
         H = h_el if h_el else R
         W = w_el if w_el else C
         th, tw = H / R, W / C
-        rep = lay.replication
-
-        # The drawn size of a panel, in points (the box is shrunk to its aspect ratio).
-        fw, fh = self.fig.get_size_inches()
-        pos = self.panels[0].ax.get_position(original=True)
-        aw, ah = pos.width * fw * 72, pos.height * fh * 72
-        if ah / aw > ratio:
-            ah = aw * ratio
-        else:
-            aw = ah / ratio
-        tile_w_pt, tile_h_pt = aw / C, ah / R
-
-        # What colours a tile shows: its holders (device colours) or their coordinates along an axis.
-        if color_by == "device":
-            n_colors = rep if rep <= MAX_STRIPES else 0          # 0: too many, plain grey
-        else:
-            n_axis = lay.mesh_sizes[lay.mesh_axes.index(color_by)]
-            split_by_axis = color_by in sum(lay.spec, ())
-            n_colors = 1 if split_by_axis else (n_axis if n_axis <= MAX_STRIPES else 0)
-            coord_colors = _coord_colors(n_axis)
-
-        # The image is made at draw time, at the Axes' pixel size; index grids are shared.
-        grids = self._grids
-
-        def grid(w, h):
-            tile_px = min(w / C, h / R)
-            stripe = int(min(16, max(4, tile_px / (1.5 * max(n_colors, 1)))))
-            key = (w, h, R, C, stripe)
-            if key not in grids:
-                if len(grids) > 8:
-                    grids.clear()
-                yy, xx = np.ogrid[0:h, 0:w]
-                grids[key] = (yy * R // h, xx * C // w, (yy + xx) // stripe)
-            return grids[key]
-
-        # Labels: font from the widest label; thinned to every k-th tile when they cannot fit.
-        max_id = int(lay.device_ids.max()) if lay.num_devices else 0
-        if rep <= 8:
-            worst = _holder_label([max_id] * rep, lay.num_devices)
-        else:  # at most "a,b,…,z" or two lines "n devs / a,b,…"
-            worst = f"{max_id},{max_id},…,{max_id}" if rep < lay.num_devices else f"all {rep}"
-        lines = worst.count("\n") + 1
-        chars = max(len(l) for l in worst.split("\n"))
-        fs = min(MAX_FONT, tile_w_pt * 0.85 / (0.62 * chars), tile_h_pt * 0.8 / (1.25 * lines))
-        stride = 1
-        if fs < MIN_FONT:
-            need = max(MIN_FONT * 0.62 * chars / (tile_w_pt * 0.9), MIN_FONT * 1.25 * lines / (tile_h_pt * 0.9))
-            stride = int(math.ceil(need))
-            fs = MIN_FONT
-        while math.ceil(R / stride) * math.ceil(C / stride) * view.num_panels > MAX_LABELS:
-            stride += 1
-        note = None
-        if stride > 1:
-            note = (f"labels on every {_ordinal(stride)} tile in each direction "
-                    f"({R}×{C} tiles per panel)")
-        multi = n_colors != 1
+        total = lay.num_devices
+        level, fs, stride = plan["level"], plan["font"], plan["stride"]
         lw = 1.5 if max(R, C) <= 16 else 0.8 if max(R, C) <= 48 else 0.0
+        edge = _NEUTRAL_EDGE if neutral else "white"
         segs = [((0, i * th), (W, i * th)) for i in range(1, R)] + \
                [((j * tw, 0), (j * tw, H)) for j in range(1, C)]
+        max_x = max(2, int(aw // (view.tick_chars(lay.ndim - 1) * CHAR_W * TICK_PT * self.k + 10)))
+        max_y = max(2, int(ah // (TICK_PT * self.k * LINE + 4)))
+        # Labelled tiles: every one, or every stride-th from the middle of the first stride, leaving out
+        # those whose label would stick out of the panel.
+        rows, cols = list(range(R)), list(range(C))
+        if stride > 1:
+            lab_w = plan["chars"] * CHAR_W * fs / aw * C     # in tiles
+            lab_h = plan["lines"] * LINE * fs / ah * R
+            rows = [r for r in range(stride // 2, R, stride) if lab_h / 2 <= r + 0.5 <= R - lab_h / 2] or [R // 2]
+            cols = [c for c in range(stride // 2, C, stride) if lab_w / 2 <= c + 0.5 <= C - lab_w / 2] or [C // 2]
+        grids = {}
+
+        def grid(w, h):
+            # Column of each pixel, and how many pixel rows each tile row covers.
+            if (w, h) not in grids:
+                grids[(w, h)] = (np.arange(w) * C // w, np.bincount(np.arange(h) * R // h, minlength=R))
+            return grids[(w, h)]
 
         for p, panel in enumerate(self.panels):
             ax = panel.ax
             ax.set_visible(True)
             hold = view.holders[p]                              # (R, C, rep)
+            tile_rgba = colors[p]                               # (R, C, 4)
 
-            def make(w, h, hold=hold):
-                tr, tc, diag = grid(w, h)
-                if n_colors == 0:
-                    return np.broadcast_to(_MANY_RGBA, (h, w, 4))
-                if n_colors == 1:
-                    return lut[hold[tr, tc, 0]]
-                if color_by == "device":
-                    return lut[hold[tr, tc, diag % n_colors]]
-                return coord_colors[np.broadcast_to(diag % n_colors, (h, w))]
+            def make(w, h, tile_rgba=tile_rgba):
+                tc, rows_per_tile = grid(w, h)
+                return np.repeat(tile_rgba[:, tc], rows_per_tile, axis=0)   # one pixel row per tile row
 
             panel.image.set_maker(make)
             ax.set_xlim(0, W)
             ax.set_ylim(H, 0)
-            ax.set_box_aspect(ratio)
             panel.lines.set_segments(segs if lw else [])
             panel.lines.set_linewidth(lw)
-            self._ticks(panel, view, R, C, th, tw)
-            ax.set_title(view.panel_title(p), fontsize=8, pad=2)
-            panel.xlabel.set_text(view.dim_label(lay.ndim - 1) if lay.ndim else "")
-            ylab = view.dim_label(lay.ndim - 2) if lay.ndim >= 2 else ""
-            if len(ylab) * 8 * 0.6 > ah * 1.15:  # too long for a short panel: two lines
-                ylab = ylab.replace(" — ", "\n", 1)
+            panel.lines.set_color(edge)
+            self._ticks(panel, view, R, C, th, tw, max_x, max_y)
+            ax.set_title(view.panel_title(p), fontsize=PANEL_TITLE_PT * self.k, pad=3)
+            panel.xlabel.set_text(xlab)
             panel.ylabel.set_text(ylab)
             n_used = 0
-            for r in range(0, R, stride):
-                for c in range(0, C, stride):
+            for r in rows:
+                for c in cols:
                     ids = hold[r, c]
                     t = panel.label(n_used)
                     n_used += 1
-                    t.set_text(_holder_label(ids, lay.num_devices))
+                    levels = _tile_labels(ids, total)
+                    t.set_text(levels[min(level, len(levels) - 1)])
                     t.set_position(((c + 0.5) * tw, (r + 0.5) * th))
                     t.set_fontsize(fs)
-                    if multi or stride > 1:
+                    if plan["boxed"]:  # a label larger than its tile: a white box keeps it readable
                         t.set_color("black")
                         t.set_bbox(_LABEL_BOX)
                     else:
                         t.set_bbox(None)
-                        t.set_color("black" if _luminance(lut[ids[0]]) > 0.5 else "white")
+                        t.set_color("black" if _luminance(tile_rgba[r, c]) > 0.5 else "white")
             for t in panel.texts[n_used:]:
                 t.set_visible(False)
-        return note
 
     @staticmethod
-    def _ticks(panel, view: _View, R, C, th, tw):
+    def _ticks(panel, view: _View, R, C, th, tw, max_x, max_y):
         lay = view.layout
-        key = (view.kind, lay.shape, lay.shards)
+        key = (view.kind, lay.shape, lay.shards, max_x, max_y)
         if panel.ticks_key == key:
             return
         panel.ticks_key = key
 
-        def pick(n_tiles, size):
-            step = max(1, math.ceil((n_tiles + 1) / 9))
+        def pick(n_tiles, size, most):
+            step = max(1, math.ceil((n_tiles + 1) / min(9, most)))
             if view.kind == "mesh":
                 pos = list(range(0, n_tiles, step))
                 return [(i + 0.5) * size for i in pos], [str(i) for i in pos]
             pos = list(range(0, n_tiles + 1, step))
             if pos[-1] != n_tiles:
-                pos.append(n_tiles)
+                if n_tiles - pos[-1] >= 0.75 * step or len(pos) == 1:
+                    pos.append(n_tiles)
+                else:  # too close to the last: the end of the array replaces it
+                    pos[-1] = n_tiles
             return [i * size for i in pos], [str(int(round(i * size))) for i in pos]
 
         if lay.ndim == 0:
             panel.set_ticks([], [], [], [])
             return
-        xt, xl = pick(C, tw)
-        yt, yl = pick(R, th) if lay.ndim >= 2 else ([], [])
+        xt, xl = pick(C, tw, max_x)
+        yt, yl = pick(R, th, max_y) if lay.ndim >= 2 else ([], [])
         panel.set_ticks(xt, xl, yt, yl)
 
 
@@ -701,21 +973,34 @@ class Sheet:
 
 
 def _auto_figsize(view: _View) -> tuple[float, float]:
+    """A figure size that the page shows at its natural size (no wider than the column), with room
+    for the panels' labels at 9 pt."""
     n = view.num_panels
-    h_el, w_el = view.plane_shape
-    ratio = 0.14 if view.layout.ndim == 1 else min(max(h_el / w_el, 0.2), 2.5) if h_el and w_el else 1.0
-    cols = min(n, 4)
+    ratio = view.ratio
+    max_w = COLUMN_PX / CSS_PX_PER_INCH
+    cols = 1 if n == 1 else 2 if n <= 4 else 3 if n <= 9 else 4
     rows = math.ceil(n / cols)
-    panel_w = min(4.6 if n == 1 else 2.8, (5.0 if n == 1 else 3.0) / ratio)
-    width = cols * (panel_w + 0.6)
-    height = rows * (panel_w * ratio + 0.5 + (0.2 if n > 1 else 0)) + 0.95
-    return (max(width, 4.0), max(height, 1.9))
+    side = 0.75 + 0.09 * max(view.tick_chars(view.layout.ndim - 2), 1)   # y ticks and label
+    if n == 1:
+        panel_w = min(4.4, 4.6 / ratio)
+    else:
+        panel_w = min(3.0, 3.6 / ratio, max_w / cols - side - 0.1)
+    width = min(max_w, cols * (panel_w + side + 0.1))
+    title = 0.62
+    below = 0.62 + (0.3 if n > 1 else 0.0)
+    height = rows * (panel_w * ratio + below) + title + 0.2
+    return (round(max(width, 4.4), 2), round(max(height, 2.2), 2))
 
 
 def _sheet_in(ax) -> Sheet:
     """A Sheet drawing inside an existing Axes' area (the Axes itself is hidden)."""
     ax.set_axis_off()
-    return Sheet(ax.figure, ax.get_position().bounds)
+    sheet = Sheet(ax.figure, ax.get_position().bounds)
+    sheets = getattr(ax.figure, "_shardlab_sheets", None)
+    if sheets is None:
+        sheets = ax.figure._shardlab_sheets = []
+    sheets.append(sheet)
+    return sheet
 
 
 def sheet_for(fig: Figure) -> Sheet:
@@ -733,11 +1018,13 @@ def draw_sharding(x, *, shape=None, ax=None, color_by: str = "device", title: st
 
     x: a Layout, a jax.Array, or a sharding (then pass ``shape``). 1-D arrays are drawn as a strip,
     2-D as a grid, N-D as small multiples of 2-D slices over the leading dimensions (one panel per
-    tile along them). Each tile is labelled with the ids of the devices holding it; a replicated
-    tile is striped with all its holders' colours. color_by: "device" (the book's fixed palette)
-    or a mesh axis name (colour = coordinate along that axis). The title gives spec, mesh and shape,
-    and a memory kind other than "device". With ``ax``, draws inside that Axes' area and returns its
-    figure; otherwise returns a new figure that displays as PNG in a notebook.
+    tile along them). Each tile is labelled with the ids of the devices holding it; a tile held by one
+    device is filled with its colour, a tile held by several (replicated) with one neutral grey.
+    color_by: "device" (the book's fixed palette) or a mesh axis name (colour = coordinate along that
+    axis; grey where a tile's holders differ along it). The title gives spec, mesh and shape, and a
+    memory kind other than "device". With ``ax``, draws inside that Axes' area and returns its
+    figure; otherwise returns a new figure that displays at twice the pixels of its size on the page
+    (at most the text column's width), with an alt text saying what it shows.
     """
     layout = x if isinstance(x, Layout) else layout_of(x, shape)
     if ax is not None:
@@ -838,15 +1125,30 @@ def draw_links(mesh, axis: str, *, ax=None, title: str | None = None, figsize=No
         for k, d in enumerate(on_chip):
             centre[d.id] = (cx - size / 2 + w * (k + 0.5), cy)
 
-    if ax is None:
+    steps = direct = 0
+    for group in groups:
+        for a, b in zip(group, group[1:]):
+            steps += 1
+            direct += hops(a, b) <= 1
+    if title is None:
+        title = (f"groups along {axis!r}: {direct} of {steps} steps are direct links"
+                 if steps else f"groups along {axis!r}: one device each")
+    own = ax is None
+    if own:
         xs = [chip_xy(c)[0] for c in cores]
         ys = [chip_xy(c)[1] for c in cores]
+        # An inch per chip or so, no wider than the page's column (the height follows the aspect), and
+        # wide enough for a one-line title.
+        max_w = COLUMN_PX / CSS_PX_PER_INCH
+        per_chip = min(1.15, (max_w - 0.6) / (max(xs) - min(xs) + 1))
+        title_w = min(max_w, len(title) * CHAR_W * 11 / 72 + 0.3)
         # Whole tenths of an inch: a figure of a fractional pixel size does not render to a buffer.
-        fig = ShardFigure(figsize=figsize or (round(max(3.2, 1.15 * (max(xs) - min(xs) + 1) + 0.6), 1),
-                                              round(max(2.2, 1.15 * (max(ys) - min(ys) + 1) + 0.7), 1)),
+        fig = ShardFigure(figsize=figsize or (round(max(3.6, title_w, per_chip * (max(xs) - min(xs) + 1) + 0.6), 1),
+                                              round(max(2.4, per_chip * (max(ys) - min(ys) + 1) + 0.9), 1)),
                           dpi=dpi)
         ax = fig.add_subplot()
     fig = ax.figure
+    k = text_scale(fig)
     ax.set_aspect("equal")
     ax.set_axis_off()
 
@@ -869,15 +1171,12 @@ def draw_links(mesh, axis: str, *, ax=None, title: str | None = None, figsize=No
             ax.add_patch(Rectangle((x - w / 2, y - size / 2), w, size, facecolor=rgb, edgecolor="white",
                                    lw=1, zorder=3))
             dark = _luminance(np.array(rgb) * 255) < 0.55
-            ax.text(x, y - size / 2 + 0.04, str(d.id), ha="center", va="top", fontsize=10, zorder=6,
+            ax.text(x, y - size / 2 + 0.04, str(d.id), ha="center", va="top", fontsize=10 * k, zorder=6,
                     color="white" if dark else "black", fontweight="bold")
 
-    steps = direct = 0
     for g, group in enumerate(groups):      # the groups along the mesh axis, in mesh order
         for a, b in zip(group, group[1:]):
-            steps += 1
             near = hops(a, b) <= 1
-            direct += near
             rad = 0.0 if near else 0.18 + 0.1 * (g % 4)
             (xa, ya), (xb, yb) = centre[a.id], centre[b.id]
             ax.add_patch(FancyArrowPatch((xa, ya + 0.08), (xb, yb + 0.08), connectionstyle=f"arc3,rad={rad}",
@@ -891,11 +1190,12 @@ def draw_links(mesh, axis: str, *, ax=None, title: str | None = None, figsize=No
     if dims == 3 and len({c[2] for c in full.values()}) > 1:
         for z in sorted({c[2] for c in full.values()}):
             ax.text(z * (width + 0.6) + (width - 1) / 2, min(all_y) - 0.5, f"z = {z}", ha="center",
-                    fontsize=9, color="#555555")
+                    fontsize=9.5 * k, color="#444444")
         ax.text((max(all_x) + min(all_x)) / 2, max(all_y) + 0.55, "each chip is also linked to the chip at "
-                "its place in the neighbouring plane", ha="center", va="top", fontsize=8, color="#555555")
-    if title is None:
-        title = (f"groups along {axis!r}: {direct} of {steps} steps are direct links"
-                 if steps else f"groups along {axis!r}: one device each")
-    ax.set_title(title, fontsize=10)
+                "its place in the neighbouring plane", ha="center", va="top", fontsize=9 * k, color="#444444",
+                wrap=True)
+    # The title may reach past the axes to the figure's edges when the figure is ours.
+    fw = fig.get_size_inches()[0] * 72
+    ax_w_pt = fw - 12 if own else ax.get_position().width * fw
+    ax.set_title(_wrap(title, ax_w_pt, 11 * k, max_lines=3), fontsize=11 * k)
     return fig

@@ -4,6 +4,10 @@ An ``Explorer`` is displayed by being the last expression of a cell. Its display
 an ipywidgets view (sliders + an image, redrawn on one reused figure whenever a slider moves) for a
 live notebook, and a self-contained HTML player (every picture pre-rendered, switched by the page's
 own script) for the built book, which is configured to show the HTML form.
+
+Pictures have twice the pixels of their displayed size (96 CSS px per inch of the figure, at most the
+page's text column wide). A choice that ``draw`` refuses (a ValueError) is stored in the page as an
+SVG of its message, a few hundred bytes, and every frame carries an alt text saying what it shows.
 """
 
 from __future__ import annotations
@@ -13,17 +17,25 @@ import itertools
 import math
 import textwrap
 
+from shardlab.display import PIXEL_DENSITY, display_width, figure_alt, page_dpi
 from shardlab.draw import ShardFigure, png_bytes, sheet_for
 from shardlab.layout import format_mesh, format_spec, tile_map, _normalise_mesh
-from shardlab.static_player import player_html
+from shardlab.static_player import message_svg, player_html
 
 __all__ = ["Explorer", "explorer", "sharding_explorer", "MAX_FRAMES"]
 
 _WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 MAX_FRAMES = 200        # combinations an explorer may ask to pre-render
-FRAME_DPI = 80          # modest: frames are embedded in the page
 LIVE_COLORS = 64        # PNG palette of a live frame (fast to encode)
-PAGE_COLORS = 32        # PNG palette of a frame stored in the page (small)
+PAGE_COLORS = 32        # palette of a frame stored in the page (small)
+# Frames stored in the page: lossless WebP (which every current browser shows) is about 0.6 x the
+# bytes of the same palette PNG; PNG where Pillow was built without WebP.
+try:
+    from PIL import features as _pil_features
+
+    PAGE_FORMAT = "webp" if _pil_features.check("webp") else "png"
+except Exception:  # pragma: no cover - a Pillow without its features module
+    PAGE_FORMAT = "png"
 
 
 def _option_label(v) -> str:
@@ -64,7 +76,7 @@ class Explorer:
     current choice), ``widget`` (the live ipywidgets view, made on first use).
     """
 
-    def __init__(self, controls, draw, *, figsize=(6, 4), dpi=FRAME_DPI, clear=True,
+    def __init__(self, controls, draw, *, figsize=(6, 4), dpi=None, clear=True,
                  max_frames=MAX_FRAMES, caption=None):
         if not isinstance(controls, dict) or not controls:
             raise ValueError("controls: expected a non-empty dict {label: list of option values}")
@@ -97,7 +109,19 @@ class Explorer:
         self._draw = draw
         self._clear = clear
         self._caption = caption
-        self.figure = ShardFigure(figsize=figsize, dpi=dpi)
+        try:
+            fw, fh = (float(v) for v in figsize)
+        except (TypeError, ValueError):
+            raise ValueError(f"figsize: expected (width, height) in inches, got {figsize!r}") from None
+        if not (fw > 0 and fh > 0):
+            raise ValueError(f"figsize: expected a positive width and height in inches, got {figsize!r}")
+        if dpi is not None and not (isinstance(dpi, (int, float)) and dpi > 0):
+            raise ValueError(f"dpi: expected a positive number or None (twice the displayed size), got {dpi!r}")
+        # Displayed at 96 CSS px per inch (at most the column), with PIXEL_DENSITY x those pixels; the
+        # height is rounded to whole displayed pixels so that every frame has exactly that size.
+        self.display_size = (display_width(fw), max(1, int(round(fh * display_width(fw) / fw))))
+        dpi = dpi or page_dpi(fw)
+        self.figure = ShardFigure(figsize=(fw, PIXEL_DENSITY * self.display_size[1] / dpi), dpi=dpi)
         self._pos = {k: 0 for k in self.controls}
         self._error_text = None
         self._widget = None
@@ -105,6 +129,7 @@ class Explorer:
         self._image = None
         self._frames = None
         self._drawn = None
+        self._drawn_error = None   # (title, message) when the last choice drawn was refused
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -141,13 +166,21 @@ class Explorer:
         if self._clear:
             fig.clear()
             self._error_text = None
+            fig._shardlab_sheets = []           # the layouts drawn before the clear are gone
+            if hasattr(fig, "_shardlab_sheet"):
+                del fig._shardlab_sheet
+        self._drawn_error = None
         try:
             self._draw(fig, **choice)
         except ValueError as e:
             self._show_error(str(e))
+            self._drawn_error = ("", str(e))
         else:
             if self._error_text is not None:
                 self._error_text.set_visible(False)
+            sheet = getattr(fig, "_shardlab_sheet", None)
+            if sheet is not None and sheet.error_shown():
+                self._drawn_error = sheet.error_shown()
         self._drawn = tuple(pos.values())
 
     def _show_error(self, message: str):
@@ -190,7 +223,8 @@ class Explorer:
                                       layout=w.Layout(width="min(100%, 34em)"))
                 s.observe(self._on_slider, names="value")
                 self._sliders[k] = s
-            self._image = w.Image(value=self.render(), format="png")
+            self._image = w.Image(value=self.render(), format="png", width=str(self.display_size[0]),
+                                  layout=w.Layout(max_width="100%", height="auto"))
             self._widget = w.VBox([*self._sliders.values(), self._image])
         return self._widget
 
@@ -204,18 +238,26 @@ class Explorer:
     # -- the page view -------------------------------------------------------------------------
     def frames(self):
         """Every combination pre-rendered: (table, frames, alts). ``table[key]`` is the index in
-        ``frames`` (unique PNGs) of the combination whose option positions, read as a mixed-radix
-        number with the first control most significant, equal ``key``."""
+        ``frames`` (unique pictures: PNG, or SVG for a refused choice) of the combination whose option
+        positions, read as a mixed-radix number with the first control most significant, equal
+        ``key``; ``alts[i]`` says what frame ``i`` shows."""
         if self._frames is None:
             saved = dict(self._pos)
             unique, table, alts = {}, [], []
+            w, h = self.display_size
             for combo in itertools.product(*(range(len(v)) for v in self.controls.values())):
                 pos = dict(zip(self.controls, combo))
                 self._draw_positions(pos)
-                data = png_bytes(self.figure, colors=PAGE_COLORS, compact=True)
+                if self._drawn_error is not None:
+                    title, message = self._drawn_error
+                    data = message_svg(message, title=title, width=w, height=h)
+                    alt = f"{title}: {message}" if title else message
+                else:
+                    data = png_bytes(self.figure, colors=PAGE_COLORS, compact=True, format=PAGE_FORMAT)
+                    alt = figure_alt(self.figure)
                 if data not in unique:
                     unique[data] = len(unique)
-                    alts.append(", ".join(f"{k} = {self._labels[k][i]}" for k, i in pos.items()))
+                    alts.append(" ".join(alt.split()))
                 table.append(unique[data])
             self._frames = (table, list(unique), alts)
             self._pos = saved
@@ -227,7 +269,7 @@ class Explorer:
         table, frames, alts = self.frames()
         controls = [(k, self._labels[k]) for k in self.controls]
         return player_html(controls, frames, table, list(self._pos.values()), alts=alts,
-                           caption=self._caption)
+                           caption=self._caption, width=self.display_size[0], height=self.display_size[1])
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         bundle = {"text/plain": repr(self), "text/html": self.to_html()}
@@ -255,7 +297,9 @@ def explorer(controls, draw, *, figsize=(6, 4), clear=True, max_frames=MAX_FRAME
     ``{label: {option label: value}}``; ``draw(fig, **choice)`` draws one choice. With ``clear=True`` (default) the figure is cleared
     before each draw; with ``clear=False`` draw is handed the figure as it left it and should update
     its own artists. A ValueError raised by draw is shown in the picture. At most ``max_frames``
-    combinations (they are all pre-rendered for the page)."""
+    combinations (they are all pre-rendered for the page). ``figsize`` in inches: the page shows 96
+    CSS px per inch, at most its text column (about 7.2 inches); a wider figure is shown smaller,
+    text included, so keep it within the column or draw text larger (``shardlab.display.text_scale``)."""
     return Explorer(controls, draw, figsize=figsize, clear=clear, max_frames=max_frames, caption=caption)
 
 
@@ -322,4 +366,5 @@ def sharding_explorer(meshes=DEFAULT_MESHES, shapes=DEFAULT_SHAPES, specs=DEFAUL
                                            f"array {shape}: not a valid layout")
 
     return Explorer(controls, draw, figsize=figsize, clear=False, max_frames=max_frames,
-                    caption="Each tile is labelled with the devices holding it; striped tiles are replicated.")
+                    caption="Each tile is labelled with the devices holding it; a grey tile is held by "
+                            "several devices (replicated).")
