@@ -450,12 +450,6 @@
     return out;
   }
 
-  /** The devices holding each distinct piece: [[ids of tile 0], [ids of tile 1], ...]. */
-  function pieceHolders(lay) {
-    return Array.from({ length: lay.numTiles },
-      (_, t) => Array.from(lay.holders.subarray(t * lay.replication, (t + 1) * lay.replication)));
-  }
-
   /** str(jax.typeof(x)) for an array laid out with Explicit mesh axes, e.g. float32[16@(y,x),3]. */
   function typeofString(dtype, shape, entries) {
     const dims = shape.map((s, d) => {
@@ -1073,7 +1067,7 @@
 
   const api = {
     PALETTE, MAX_DEVICES, DTYPES, TEXT_PX, InputError, JaxRefusal, parseMesh, parseShape, parseSpec, specRepr,
-    pyRepr, checkSpec, layout, indices, pieceHolders, typeofString, reshardPlan, holderLabel, draw, tileAt,
+    pyRepr, checkSpec, layout, indices, typeofString, reshardPlan, holderLabel, draw, tileAt,
     formatBytes, deviceOrder,
   };
   root.ShardingPlayground = api;

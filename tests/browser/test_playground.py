@@ -66,8 +66,9 @@ HARNESS = """(cases) => {
       throw e;
     }
     const lay = P.layout(mesh, ids, entries, c.shape);
-    return { ids, indices: P.indices(lay), pieces: P.pieceHolders(lay),
-             typeof: P.typeofString(c.dtype, c.shape, entries) };
+    const pieces = Array.from({ length: lay.numTiles },   // holders of tile t: holders[t * replication ...]
+      (_, t) => Array.from(lay.holders.slice(t * lay.replication, (t + 1) * lay.replication)));
+    return { ids, indices: P.indices(lay), pieces, typeof: P.typeofString(c.dtype, c.shape, entries) };
   });
 }"""
 
@@ -350,8 +351,8 @@ def test_spec_text_the_page_does_not_read(page):
      "const f = P.parseSpec; P.parseSpec = (t, fl) => { const e = f(t, fl); if (e.flat().some((a) => a !== null "
      "&& !/^[A-Za-z_]\\w*$/.test(a))) throw new P.InputError(fl, 'not a name'); return e; };"),
     ("empty pieces counted apart",
-     "const f = P.pieceHolders; P.pieceHolders = (lay) => lay.shape.includes(0) "
-     "? Array.from(lay.ids, (id) => [id]) : f(lay);"),
+     "const f = P.layout; P.layout = (m, ids, e, s) => { const lay = f(m, ids, e, s); return s.includes(0) "
+     "? { ...lay, numTiles: lay.n, replication: 1, holders: Int32Array.from(lay.ids) } : lay; };"),
 ])
 def test_comparison_catches_a_planted_bug(browser, compared, bug, plant):
     cases, ref = compared
@@ -819,8 +820,67 @@ PICTURES = [
 ]]
 
 
-def _overlap(a, b, slack=0.5):
-    return min(a[2], b[2]) - max(a[0], b[0]) > slack and min(a[3], b[3]) - max(a[1], b[1]) > slack
+SLACK_PX = 0.5   # ink boxes are measured; half a CSS pixel of antialiasing is not a spill
+
+
+def _overlap(a, b):
+    return min(a[2], b[2]) - max(a[0], b[0]) > SLACK_PX and min(a[3], b[3]) - max(a[1], b[1]) > SLACK_PX
+
+
+def _inside(box, frame):
+    return (box[0] >= frame[0] - SLACK_PX and box[1] >= frame[1] - SLACK_PX and box[2] <= frame[2] + SLACK_PX
+            and box[3] <= frame[3] + SLACK_PX)
+
+
+def text_problems(texts, size, geometry):
+    """What is wrong with the texts drawn on a picture of `size` (CSS px) whose tiles `geometry` places:
+    (problems, number of tile labels)."""
+    w, h = size
+    problems = []
+    for t in texts:
+        if t["px"] < MIN_TEXT_PX:
+            problems.append(f"{t['text']!r} at {t['px']:.2f} px")
+        if t["squeezed"]:
+            problems.append(f"{t['text']!r} squeezed to a width")
+        if not _inside(t["box"], [0, 0, w, h]):
+            problems.append(f"{t['text']!r} outside the {w} x {h} picture: {t['box']}")
+    for i, a in enumerate(texts):
+        problems += [f"{a['text']!r} overlaps {b['text']!r}" for b in texts[i + 1:] if _overlap(a["box"], b["box"])]
+    labels = 0
+    R, C = geometry["R"], geometry["C"]
+    for t in texts:   # a text centred in a panel is a tile's label: it must lie inside that tile
+        cx, cy = (t["box"][0] + t["box"][2]) / 2, (t["box"][1] + t["box"][3]) / 2
+        for g in geometry["panels"]:
+            if g["x0"] <= cx < g["x0"] + g["pw"] and g["y0"] <= cy < g["y0"] + g["ph"]:
+                c, r = math.floor((cx - g["x0"]) * C / g["pw"]), math.floor((cy - g["y0"]) * R / g["ph"])
+                tile = [g["x0"] + c * g["pw"] / C, g["y0"] + r * g["ph"] / R,
+                        g["x0"] + (c + 1) * g["pw"] / C, g["y0"] + (r + 1) * g["ph"] / R]
+                if not _inside(t["box"], tile):
+                    problems.append(f"label {t['text']!r} spills out of its tile {tile}: {t['box']}")
+                labels += 1
+    return problems, labels
+
+
+def test_text_checks_catch_what_they_should():
+    """Both sides of each threshold of text_problems."""
+    geometry = {"R": 2, "C": 2, "panels": [{"x0": 0, "y0": 0, "pw": 100, "ph": 100}]}
+
+    def text(box, px=12.0, squeezed=False):
+        return {"text": "t", "px": px, "squeezed": squeezed, "box": box}
+
+    ok = [text([10, 10, 40, 25]), text([60, 10, 90, 25]), text([0, 110, 30, 120])]
+    assert text_problems(ok, (100, 120), geometry) == ([], 2)
+    for bad, what in [
+        (text([10, 10, 40, 25], px=11.99), "px"), (text([10, 10, 40, 25], squeezed=True), "squeezed"),
+        (text([10, 10, 50.6, 25]), "spills"),                      # 0.6 px into the next tile
+        (text([-0.6, 110, 30, 120]), "outside"), (text([0, 110, 30, 120.6]), "outside"),
+    ]:
+        problems, _ = text_problems([bad], (100, 120), geometry)
+        assert problems and what in problems[0], (what, problems)
+    assert text_problems([text([10, 10, 50.4, 25])], (100, 120), geometry)[0] == []   # within the slack
+    assert "overlaps" in text_problems([text([0, 110, 30, 120]), text([29.4, 110, 50, 120])], (100, 120),
+                                       geometry)[0][0]
+    assert text_problems([text([0, 110, 30, 120]), text([29.6, 110, 50, 120])], (100, 120), geometry)[0] == []
 
 
 @pytest.mark.parametrize("viewport", [{"width": 1280, "height": 900}, PHONE], ids=["desktop", "phone"])
@@ -837,34 +897,16 @@ def test_picture_text_is_readable(browser, viewport):
             p.evaluate("() => { window.__texts = []; }")
             p.evaluate("(s) => window.ShardingPlayground.setState(s)", full)
             texts = [t for t in p.evaluate("window.__texts") if t["canvas"] == "pg-canvas-1"]
-            geometry = p.evaluate("""() => { const g = document.getElementById('pg-canvas-1').pgGeometry;
-                return { panels: g.panels, R: g.R, C: g.C, labelPx: g.labelPx, notes: g.notes,
-                         size: [document.getElementById('pg-canvas-1').clientWidth,
-                                document.getElementById('pg-canvas-1').clientHeight] }; }""")
             view = f"{full['spec']} on {[r['size'] for r in full['mesh'] if r['size']]}, {full['shape']}"
-            w, h = geometry["size"]
+            size = p.evaluate("() => { const c = document.getElementById('pg-canvas-1'); "
+                              "return [c.clientWidth, c.clientHeight]; }")
             assert texts, view
-            for t in texts:
-                assert t["px"] >= MIN_TEXT_PX - 1e-6, f"{view}: {t['text']!r} at {t['px']:.1f} px"
-                assert not t["squeezed"], f"{view}: {t['text']!r} squeezed to a width"
-                x0, y0, x1, y1 = t["box"]
-                assert x0 >= -0.5 and y0 >= -0.5 and x1 <= w + 0.5 and y1 <= h + 0.5, f"{view}: {t} outside {w}x{h}"
-            for i, a in enumerate(texts):
-                for b in texts[i + 1:]:
-                    assert not _overlap(a["box"], b["box"]), f"{view}: {a['text']!r} overlaps {b['text']!r}"
-            labels = 0
-            for t in texts:
-                cx, cy = (t["box"][0] + t["box"][2]) / 2, (t["box"][1] + t["box"][3]) / 2
-                for g in geometry["panels"]:
-                    if g["x0"] <= cx < g["x0"] + g["pw"] and g["y0"] <= cy < g["y0"] + g["ph"]:
-                        c = math.floor((cx - g["x0"]) * geometry["C"] / g["pw"])
-                        r = math.floor((cy - g["y0"]) * geometry["R"] / g["ph"])
-                        tile = [g["x0"] + c * g["pw"] / geometry["C"], g["y0"] + r * g["ph"] / geometry["R"],
-                                g["x0"] + (c + 1) * g["pw"] / geometry["C"], g["y0"] + (r + 1) * g["ph"] / geometry["R"]]
-                        x0, y0, x1, y1 = t["box"]
-                        assert x0 >= tile[0] - 0.5 and y0 >= tile[1] - 0.5 and x1 <= tile[2] + 0.5 and \
-                            y1 <= tile[3] + 0.5, f"{view}: label {t['text']!r} spills out of its tile {tile}"
-                        labels += 1
+            problems, _ = text_problems(texts, size, {"R": 1, "C": 1, "panels": []})
+            assert problems == [], f"{view}: {problems[:5]}"
+            geometry = p.evaluate("""() => { const g = document.getElementById('pg-canvas-1').pgGeometry;
+                return { panels: g.panels, R: g.R, C: g.C, labelPx: g.labelPx, notes: g.notes }; }""")
+            problems, labels = text_problems(texts, size, geometry)
+            assert problems == [], f"{view}: {problems[:5]}"
             if not geometry["labelPx"]:
                 assert labels == 0 and any("device ids not drawn" in n for n in geometry["notes"]), view
             else:
