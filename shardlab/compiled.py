@@ -42,12 +42,13 @@ __all__ = [
 #: The collective kinds the reader recognises, as HLO names them.
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
-# Bits per element of each HLO element type (sub-byte types included).
+# Bits per element of each HLO element type, as XLA stores it: 2- and 4-bit types packed, the 6-bit floats
+# one per byte (XLA's memory analysis counts a byte for each).
 _BITS = {
     "pred": 8, "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
     "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64,
     "f16": 16, "bf16": 16, "f32": 32, "f64": 64, "c64": 64, "c128": 128,
-    "f4e2m1fn": 4, "f8e8m0fnu": 8, "f8e5m2": 8, "f8e4m3": 8, "f8e4m3fn": 8,
+    "f4e2m1fn": 4, "f6e2m3fn": 8, "f6e3m2fn": 8, "f8e8m0fnu": 8, "f8e5m2": 8, "f8e4m3": 8, "f8e4m3fn": 8,
     "f8e4m3b11fnuz": 8, "f8e5m2fnuz": 8, "f8e4m3fnuz": 8, "f8e3m4": 8,
     "token": 0,
 }

@@ -1,6 +1,8 @@
 """shardlab.backward: forward collective -> backward collective, collectives counted per trip, microbatches."""
 
+import platform
 import re
+import sys
 
 import shardlab
 
@@ -17,6 +19,16 @@ from shardlab.backward import (_loop_depths, _loop_trips, collectives_per_step, 
 
 MESH = jax.make_mesh((8,), ("x",))
 X = jax.device_put(np.arange(64 * 4, dtype=np.float32).reshape(64, 4), NamedSharding(MESH, P("x")))
+# requirements.txt installs libtpu (XLA's TPU compiler) on Linux x86-64: there the TPU tests must run.
+LIBTPU_PLATFORM = sys.platform == "linux" and platform.machine() == "x86_64"
+needs_libtpu = pytest.mark.skipif(not LIBTPU_PLATFORM, reason="libtpu is installed on Linux x86-64 only")
+
+
+def xla_accepts(text: str) -> None:
+    """The hand-written HLO is real HLO: XLA's parser reads it."""
+    from jaxlib import _hlo
+
+    _hlo.hlo_module_from_text(text)
 
 
 def smap(f, in_specs, out_specs):
@@ -26,6 +38,17 @@ def smap(f, in_specs, out_specs):
 # Nested loops: an outer loop of 4 trips whose body holds an inner loop of 3 trips, and a loop
 # without a recorded trip count.
 NESTED = """HloModule nested
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%cond (c: f32[4]) -> pred[] {
+  %c = f32[4]{0} parameter(0)
+  ROOT %go = pred[] constant(true)
+}
 
 %inner_body (p: f32[4]) -> f32[4] {
   %p = f32[4]{0} parameter(0)
@@ -53,6 +76,7 @@ ENTRY %main (x: f32[4]) -> f32[4] {
 
 
 def test_loop_trips_multiply_through_nested_loops():
+    xla_accepts(NESTED)
     trips = _loop_trips(NESTED)
     assert trips["all-reduce.top"] == 1
     assert trips["all-reduce.outer"] == 4
@@ -69,7 +93,7 @@ def test_loop_depths_count_the_enclosing_loops_even_without_trip_counts():
 # A counted loop as XLA:TPU writes it, with no known_trip_count: the counter (element 0 of the state)
 # starts at a copy of constant(0), is copied to another memory space and 1 is added in the body, and the
 # condition compares it with constant(5). The variants change one thing each.
-def counted_loop(direction="LT", step="1", start="%copy.1", bound="5", prefix="%"):
+def counted_loop(direction="LT", step="1", start="%copy.1", bound="5", prefix="%", first="0"):
     text = f"""HloModule counted
 
 %add (x: f32[], y: f32[]) -> f32[] {{
@@ -97,7 +121,7 @@ def counted_loop(direction="LT", step="1", start="%copy.1", bound="5", prefix="%
 }}
 
 ENTRY %main.7_spmd (param.7: f32[4], param.8: s32[]) -> f32[4] {{
-  %constant.103.clone = s32[]{{:T(128)}} constant(0)
+  %constant.103.clone = s32[]{{:T(128)}} constant({first})
   %param.7 = f32[4]{{0:T(256)}} parameter(0)
   %param.8 = s32[]{{:T(128)}} parameter(1)
   %copy.1 = s32[]{{:T(128)}} copy(%constant.103.clone)
@@ -106,7 +130,9 @@ ENTRY %main.7_spmd (param.7: f32[4], param.8: s32[]) -> f32[4] {{
   ROOT %get-tuple-element.1 = f32[4]{{0:T(256)}} get-tuple-element(%while.137), index=1
 }}
 """
-    return text if prefix == "%" else text.replace("%", "")
+    text = text if prefix == "%" else text.replace("%", "")
+    xla_accepts(text)
+    return text
 
 
 def test_a_counted_loop_without_known_trip_count_reads_its_bound():
@@ -117,8 +143,9 @@ def test_a_counted_loop_without_known_trip_count_reads_its_bound():
 
 
 @pytest.mark.parametrize("change", [dict(step="2"), dict(direction="LE"), dict(direction="GT"),
-                                    dict(start="%param.8"), dict(step="-1")],
-                         ids=["step 2", "direction LE", "direction GT", "start from a parameter", "step -1"])
+                                    dict(start="%param.8"), dict(step="-1"), dict(first="2")],
+                         ids=["step 2", "direction LE", "direction GT", "start from a parameter", "step -1",
+                              "start from 2"])
 def test_loops_that_are_not_provably_counted_keep_an_unknown_trip_count(change):
     text = counted_loop(**change)
     assert _loop_trips(text)["all-reduce.3"] is None
@@ -132,6 +159,7 @@ def test_a_condition_with_more_logic_keeps_an_unknown_trip_count():
         "  %flag = pred[] constant(true)\n"
         "  ROOT %and.1 = pred[] and(%lt.50, %flag)")
     assert "ROOT %and.1" in more
+    xla_accepts(more)
     assert _loop_trips(more)["all-reduce.3"] is None
 
 
@@ -158,7 +186,8 @@ def test_a_fusion_counts_as_its_instruction_only_where_it_wraps_that_one_instruc
     text = counted_loop().replace(
         "  ROOT %lt.50 = pred[]{:T(512)} compare(%get-tuple-element.347, %constant.93.clone.1), direction=LT",
         f"  ROOT %wrapped_compare = pred[] fusion(%get-tuple-element.347, %constant.93.clone.1), kind=kLoop, "
-        f"calls={called}").replace("\nENTRY", WRAPPERS + "\nENTRY")
+        f"calls={called}").replace("\n%wide.region_0", WRAPPERS + "\n%wide.region_0")   # callees first
+    xla_accepts(text)
     assert _loop_trips(text)["all-reduce.3"] == trips
 
 
@@ -186,7 +215,7 @@ def test_the_counted_loop_reading_agrees_with_known_trip_count_on_the_cpu():
     assert [_loop_trips(without)[n] for n in names] == [5] * len(names)     # read from the condition alone
 
 
-@pytest.mark.skipif(shardlab.tpu_compiler_missing() is not None, reason="libtpu is not installed")
+@needs_libtpu
 def test_collectives_per_step_reads_the_trip_count_of_a_tpu_scan():
     mesh = shardlab.target_mesh("v5e-8", (8,), ("x",))
     f = jax.shard_map(scan_of_psums(5), mesh=mesh, in_specs=P(None, "x"), out_specs=P())
@@ -197,6 +226,33 @@ def test_collectives_per_step_reads_the_trip_count_of_a_tpu_scan():
     looped = [c for c in steps if c.loops == 1]
     assert looped and all(c.trips == 5 for c in looped), str(steps)
     assert "runs 5 times" in str(steps)
+
+
+@needs_libtpu
+def test_a_tpu_reduce_scatter_fusion_is_a_call_not_a_loop():
+    # XLA:TPU writes a reduce-scatter as an all-reduce and a slice fused into a computation that a fusion
+    # calls: a call, not a loop. Outside any loop it runs once; in the body of a scan of 3 steps, 3 times.
+    mesh = shardlab.target_mesh("v5e-8", (2, 4), ("data", "model"))
+    scatter = NamedSharding(mesh, P("data", "model"))
+    w = jax.ShapeDtypeStruct((1024, 1024), jnp.float32, sharding=NamedSharding(mesh, P("model")))
+    x = jax.ShapeDtypeStruct((256, 1024), jnp.float32, sharding=scatter)
+    xs = jax.ShapeDtypeStruct((3, 256, 1024), jnp.float32, sharding=NamedSharding(mesh, P(None, "data", "model")))
+
+    def scanned(xs, w):
+        def body(acc, x):
+            return acc + jax.lax.with_sharding_constraint(x @ w, scatter), None
+        return jax.lax.scan(body, jax.lax.with_sharding_constraint(jnp.zeros((256, 1024)), scatter), xs)[0]
+
+    # Per device: a (128, 256) block of x times a (256, 1024) block of w, summed over the 4 devices of
+    # "model" and scattered: 3 of 4 pieces of 128 x 1024 floats sent.
+    sent = 3 * 128 * 1024 * 4 // 4
+    once = shardlab.compile_for(jax.jit(lambda x, w: x @ w, out_shardings=scatter), x, w)
+    thrice = shardlab.compile_for(jax.jit(scanned), xs, w)
+    for prog, loops, trips in ((once, 0, 1), (thrice, 1, 3)):
+        assert "all-reduce-scatter" in prog.text and prog.while_loops == loops    # the fusion, in XLA's program
+        (c,) = collectives_per_step(prog)
+        assert (c.collective.kind, c.loops, c.trips) == ("reduce-scatter", loops, trips), str(prog)
+        assert c.collective.bytes_per_device == sent and c.bytes_per_step == trips * sent
 
 
 def test_collectives_per_step_counts_a_scan_body_once_per_trip():

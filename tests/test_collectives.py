@@ -100,19 +100,26 @@ def test_devices_in_any_order_keep_their_ids():
 
 
 def test_bytes_follow_the_formulas():
-    n, b = 8, 8 * 4
-    assert run_collective("psum", n).bytes_per_device == bytes_all_reduce(b, n)
-    assert run_collective("all_gather", n).bytes_per_device == bytes_all_gather(n * 2 * 4, n)
-    assert run_collective("psum_scatter", n).bytes_per_device == bytes_reduce_scatter(b, n)
-    assert run_collective("ppermute", n).bytes_per_device == bytes_permute(2 * 4)
-    assert run_collective("all_to_all", n).bytes_per_device == bytes_all_to_all(b, n)
+    # By hand, 8 devices: psum, psum_scatter and all_to_all hold 8 floats (32 bytes, 8 pieces of 4), all_gather
+    # and ppermute 2 floats (8 bytes; gathered, 64).
+    n = 8
+    expected = {"psum": 2 * 7 * 4,          # 7 pieces scattered, 7 gathered
+                "all_gather": 7 * 8,        # 7 of the 8 pieces of the gathered 64 bytes
+                "psum_scatter": 7 * 4,
+                "ppermute": 8,              # the whole buffer
+                "all_to_all": 7 * 4}        # 7 of 8 pieces leave
+    assert {kind: run_collective(kind, n).bytes_per_device for kind in COLLECTIVE_KINDS} == expected
+    # ...and they are what the ring formulas give.
+    assert expected == {"psum": bytes_all_reduce(32, n), "all_gather": bytes_all_gather(64, n),
+                        "psum_scatter": bytes_reduce_scatter(32, n), "ppermute": bytes_permute(8),
+                        "all_to_all": bytes_all_to_all(32, n)}
 
 
 def test_report_of_the_program_that_ran():
     run = run_collective("psum_scatter", 4, tiled=True)
     (c,) = run.report()
-    assert c.kind == "reduce-scatter" and c.group_size == 4
-    assert c.bytes_per_device == run.bytes_per_device
+    assert c.kind == "reduce-scatter" and c.group_size == 4 and c.shape == (4,) and c.result_shape == (1,)
+    assert c.bytes_per_device == run.bytes_per_device == 3 * 4      # 3 of 4 one-float pieces
 
 
 # ----------------------------------------------------------------------------------------------
@@ -142,6 +149,33 @@ def test_ring_ends_where_the_builtin_does(kind, n):
         np.testing.assert_array_equal(ring.states[0].reshape(n, -1), x)
         total = bytes_reduce_scatter(size * 4, n)
     assert ring.total_bytes_per_device == total
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+@pytest.mark.parametrize("kind", RING_KINDS)
+def test_replaying_the_recorded_sends_gives_the_recorded_states(kind, n):
+    # Start from the first state and apply the recorded sends, step by step: position p sends slot
+    # sends[s-1][p] to p + 1, which keeps it (all-gather) or adds its own contribution (reduce-scatter).
+    ring = ring_steps(kind, DEVICES[:n])
+    values, origins = ring.states[0].copy(), ring.origins[0].copy()
+    assert ring.steps == n - 1 and len(ring.sends) == len(ring.receives) == n - 1
+    for s in range(1, n):
+        after, after_origins = values.copy(), origins.copy()
+        for p in range(n):
+            k, q = ring.sends[s - 1][p], (p + 1) % n
+            assert ring.receives[s - 1][q] == k            # what p sends is the slot p + 1 receives
+            assert not np.isnan(values[p, k]).any()          # p holds what it sends
+            if kind == "all_gather":
+                assert np.isnan(values[q, k]).all()         # and p + 1 did not have it yet
+                after[q, k], after_origins[q, k] = values[p, k], origins[p, k]
+            else:
+                after[q, k] = values[p, k] + ring.states[0][q, k]
+                after_origins[q, k] = origins[p, k] | ring.origins[0][q, k]
+        np.testing.assert_array_equal(after, ring.states[s])
+        np.testing.assert_array_equal(after_origins, ring.origins[s])
+        values, origins = after, after_origins
+    # Each step every device sends one piece of chunk floats.
+    assert ring.bytes_per_step == ring.chunk * 4 and ring.total_bytes_per_device == (n - 1) * ring.chunk * 4
 
 
 def test_ring_reduce_scatter_partial_sums():

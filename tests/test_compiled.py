@@ -6,6 +6,7 @@ import shardlab
 DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
 
 from collections import Counter  # noqa: E402
+from fractions import Fraction  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -38,17 +39,25 @@ ADD = """add {
 
 
 def module(body: str, params: str = "p = f32[16,8]{1,0} parameter(0)", n: int = 8) -> str:
-    """A whole HLO module around some instructions (checked by XLA's own parser below)."""
-    return f"HloModule m, num_partitions={n}\n\n{ADD}\nENTRY e {{\n  {params}\n  {body}\n}}\n"
+    """A whole HLO module around some instructions, passed through XLA's own parser."""
+    text = f"HloModule m, num_partitions={n}\n\n{ADD}\nENTRY e {{\n  {params}\n  {body}\n}}\n"
+    xla_accepts(text)
+    return text
 
 
 def xla_accepts(text: str) -> None:
-    """The hand-written HLO is real HLO: XLA's parser reads it (skipped if jaxlib hides the parser)."""
-    try:
-        from jaxlib import _hlo
-    except ImportError:  # pragma: no cover - jaxlib layout changed
-        return
+    """The hand-written HLO is real HLO: XLA's parser reads it (every admitted jaxlib has it)."""
+    from jaxlib import _hlo
+
     _hlo.hlo_module_from_text(text)
+
+
+def test_xla_parser_refuses_what_is_not_hlo():
+    xla_accepts(module("ROOT r = f32[16,8]{1,0} negate(p)"))
+    for broken in ("ROOT r = f32[16,8]{1,0} negate(q)",                         # an undefined operand
+                   "ROOT r = f32[16,8]{1,0} all-reduce(p), replica_groups={{0,1}}, to_apply=nowhere"):
+        with pytest.raises(Exception):
+            xla_accepts(module(broken))
 
 
 def one(text: str, **kw):
@@ -72,6 +81,47 @@ def test_formulas():
     assert bytes_all_reduce(10, 3) == pytest.approx(40 / 3)
     for f in (bytes_all_gather, bytes_reduce_scatter, bytes_all_reduce, bytes_all_to_all):
         assert f(4096, 1) == 0  # a group of one sends nothing
+
+
+def _ring_by_steps(kind, nbytes, n):
+    """Run a ring all-gather, reduce-scatter or all-reduce piece by piece; the bytes each device sends.
+
+    ``nbytes``: the result for the all-gather, the operand otherwise. The buffer is cut into n pieces;
+    in each step every device passes one piece to the next device. Pieces are tracked as sets of the
+    devices whose contributions they hold, and the loop stops when every device has what it needs.
+    """
+    piece = Fraction(nbytes, n)
+    sent = [Fraction(0)] * n
+    if kind in ("reduce-scatter", "all-reduce"):
+        held = [[{d} for _ in range(n)] for d in range(n)]          # held[d][k]: who piece k on d sums
+        for s in range(n - 1):                                      # device d passes piece d - 1 - s on
+            moves = [(d, (d - 1 - s) % n) for d in range(n)]
+            for d, k in moves:
+                held[(d + 1) % n][k] = held[(d + 1) % n][k] | held[d][k]
+                sent[d] += piece
+        assert all(held[d][d] == set(range(n)) for d in range(n)) or n == 1   # d owns piece d, reduced
+    if kind in ("all-gather", "all-reduce"):
+        have = [{d} for d in range(n)]                               # the whole pieces a device holds
+        for s in range(n - 1):
+            passing = [(d, (d - s) % n) for d in range(n)]          # the piece d received last
+            for d, k in passing:
+                assert k in have[d]
+                have[(d + 1) % n].add(k)
+                sent[d] += piece
+        assert all(h == set(range(n)) for h in have)
+    assert len(set(sent)) == 1                                      # every device sends the same
+    return sent[0]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 16])
+@pytest.mark.parametrize("nbytes", [1024, 1000, 7])
+def test_ring_formulas_equal_a_ring_run_piece_by_piece(n, nbytes):
+    for f, kind in ((bytes_all_gather, "all-gather"), (bytes_reduce_scatter, "reduce-scatter"),
+                    (bytes_all_reduce, "all-reduce")):
+        want = _ring_by_steps(kind, nbytes, n)
+        got = f(nbytes, n)
+        # A whole number of bytes is an int; otherwise the float nearest the exact fraction.
+        assert type(got) is (int if want.denominator == 1 else float) and got == float(want), (kind, got, want)
 
 
 def _ring_all_to_all_by_hops(nbytes, n, bidirectional):
@@ -151,6 +201,13 @@ def test_explicit_groups_all_reduce():
     assert c.senders == tuple(range(8))
 
 
+def test_groups_of_one_send_nothing():
+    text = module("ROOT r = f32[16,8]{1,0} all-reduce(p), channel_id=1, "
+                  "replica_groups={{0},{1},{2},{3},{4},{5},{6},{7}}, use_global_device_ids=true, to_apply=add")
+    c = one(text)
+    assert c.group_size == 1 and c.senders == () and c.bytes_per_device == 0
+
+
 # Every spelling of replica groups: iota, then named mesh axes.
 @pytest.mark.parametrize("groups, expected", [
     ("[2,4]<=[8]", [[0, 1, 2, 3], [4, 5, 6, 7]]),
@@ -177,7 +234,8 @@ def test_replica_group_spellings(groups, expected):
     c = one(text)
     assert c.replica_groups == expected
     assert c.group_size == len(expected[0])
-    assert c.bytes_per_device == bytes_all_reduce(512, len(expected[0]))
+    n = len(expected[0])
+    assert c.bytes_per_device == Fraction(2 * (n - 1), n) * 512   # the ring all-reduce, by hand
 
 
 def test_mesh_axes_agree_with_iota_spelling():
@@ -222,12 +280,12 @@ def test_operand_shape_inferred_for_a_lone_line():
     assert ag.shape == (8, 16) and ag.dtype == "bf16" and ag.operand_bytes == 8 * 16 * 2
     rs = one("%rs = f32[2,8]{1,0} reduce-scatter(%x), replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=%add")
     assert rs.shape == (8, 8)
-    assert rs.bytes_per_device == bytes_reduce_scatter(8 * 8 * 4, 4)
+    assert rs.bytes_per_device == 3 * 64     # 3 of 4 pieces of 8 x 8 x 4 bytes
 
 
 def test_operand_shapes_written_inline():
     c = one("%ar = f32[4]{0} all-reduce(f32[4]{0} %x), replica_groups={{0,1}}, to_apply=%add")
-    assert c.shape == (4,) and c.bytes_per_device == bytes_all_reduce(16, 2)
+    assert c.shape == (4,) and c.bytes_per_device == 16     # 2 (n - 1) / n of 16 bytes, n = 2
 
 
 def test_all_to_all_array_and_tuple_forms():
@@ -278,8 +336,8 @@ def test_async_pairs_count_once_by_their_start():
     assert [c.kind for c in report] == ["all-gather", "all-reduce", "collective-permute"]
     assert all(c.is_async for c in report)
     ag, ar, cp = report
-    assert ag.shape == (16, 8) and ag.result_shape == (64, 8) and ag.bytes_per_device == bytes_all_gather(2048, 4)
-    assert ar.result_shape == (16, 8) and ar.bytes_per_device == bytes_all_reduce(512, 8)
+    assert ag.shape == (16, 8) and ag.result_shape == (64, 8) and ag.bytes_per_device == 3 * 512   # 3 of 4 pieces
+    assert ar.result_shape == (16, 8) and ar.bytes_per_device == 2 * 7 * 64                     # 2 x 7 of 8 pieces
     assert cp.shape == (16, 8) and cp.bytes_per_device == 512
 
 
@@ -311,7 +369,7 @@ def test_combined_all_reduce_of_several_arrays():
     c = one(text)
     assert c.shape == ((16, 8), (10,)) and c.dtypes == ("f32", "s32") and c.dtype == "f32,s32"
     assert c.operand_bytes == 512 + 40
-    assert c.bytes_per_device == bytes_all_reduce(552, 8)
+    assert c.bytes_per_device == 2 * 7 * 552 / 8      # both arrays, one ring all-reduce of 552 bytes
 
 
 def test_names_inside_metadata_do_not_count():
@@ -385,7 +443,7 @@ def test_matmul_with_sharded_contraction_all_reduces(line):
     assert r.kinds() == Counter({"all-reduce": 1})
     c = r[0]
     assert c.shape == c.result_shape == (16, 8) and c.dtype == "f32" and c.group_size == 8
-    assert c.bytes_per_device == bytes_all_reduce(16 * 8 * 4, 8)
+    assert c.bytes_per_device == 2 * 7 * 64      # 2 x 7 pieces of 512 / 8 bytes
     assert r.device_ids == tuple(d.id for d in DEVICES)
 
 
@@ -397,7 +455,7 @@ def test_sharded_output_of_a_contraction(line):
     f = jax.jit(lambda a, b: a @ b, out_shardings=NamedSharding(line, P("x")))
     (c,) = collectives_in(f, a, b)
     if c.kind == "reduce-scatter":
-        assert c.result_shape == (2, 8) and c.bytes_per_device == bytes_reduce_scatter(512, 8)
+        assert c.result_shape == (2, 8) and c.bytes_per_device == 7 * 64
     else:
         assert c.kind == "all-reduce" and c.result_shape == (16, 8)
 
@@ -433,11 +491,13 @@ def test_transposing_a_layout_uses_sub_axis_groups(grid):
     # (a sub-axis of size 2 in its own mesh) and then moves whole tiles with a collective-permute.
     x = jax.device_put(jnp.ones((16, 32)), NamedSharding(grid, P("x", "y")))
     r = collectives_in(lambda x: jax.lax.with_sharding_constraint(x * 2, NamedSharding(grid, P("y", "x"))), x)
-    assert set(r.kinds()) <= {"all-to-all", "collective-permute", "all-gather", "all-reduce"}
-    for c in r.of_kind("all-to-all"):
-        assert all(len(g) == c.group_size for g in c.replica_groups)
-        assert sorted(p for g in c.replica_groups for p in g) == list(range(8))
-        assert c.bytes_per_device == bytes_all_to_all(c.operand_bytes, c.group_size)
+    assert r.kinds() == Counter({"all-to-all": 1, "collective-permute": 1})     # JAX 0.10 and 0.12 alike
+    (a2a,) = r.of_kind("all-to-all")
+    assert a2a.replica_groups == [[0, 1], [2, 3], [4, 5], [6, 7]] and a2a.group_size == 2
+    # Its two operands, 1 x 4 x 8 floats each: half of the 256 bytes leave (a direct exchange of two).
+    assert a2a.operand_bytes == 2 * 4 * 8 * 4 and a2a.bytes_per_device == 128
+    (perm,) = r.of_kind("collective-permute")
+    assert perm.shape == (4, 16) and perm.senders == (2, 3, 4, 5) and perm.bytes_per_device == 4 * 16 * 4
 
 
 def shard_map(f, mesh, in_specs, out_specs):
@@ -454,12 +514,12 @@ def test_shard_map_collectives(line):
         "collective-permute": lambda v: jax.lax.ppermute(v, "x", [(i, (i + 1) % 8) for i in range(8)]),
     }
     local = 8 * 8 * 4
-    expected_bytes = {
-        "all-reduce": bytes_all_reduce(local, 8),
-        "all-gather": bytes_all_gather(8 * local, 8),
-        "reduce-scatter": bytes_reduce_scatter(local, 8),
-        "all-to-all": bytes_all_to_all(local, 8),
-        "collective-permute": bytes_permute(local),
+    expected_bytes = {                # by hand: a piece is 1/8 of the 256 bytes (of 2,048 gathered)
+        "all-reduce": 2 * 7 * 32,         # 7 pieces scattered, 7 gathered
+        "all-gather": 7 * 256,            # 7 pieces of the 2,048-byte result
+        "reduce-scatter": 7 * 32,
+        "all-to-all": 7 * 32,             # 7 of 8 pieces leave
+        "collective-permute": 256,        # the whole buffer
     }
     for kind, f in cases.items():
         r = collectives_in(shard_map(f, line, P("x"), P("x")), x)
@@ -490,7 +550,7 @@ def test_gradients_combine_into_one_all_reduce(line):
     assert set(r.kinds()) == {"all-reduce"}
     total = sum(c.operand_bytes for c in r)
     assert total == (8 * 4 + 4 * 2) * 4
-    assert r.total_bytes_per_device == bytes_all_reduce(total, 8)
+    assert r.total_bytes_per_device == 2 * 7 * total / 8
 
 
 def test_jitted_lowered_and_compiled_inputs(line):
@@ -502,6 +562,73 @@ def test_jitted_lowered_and_compiled_inputs(line):
     assert a.kinds() == Counter({"all-reduce": 1})
     with pytest.raises(ValueError, match="compiled"):
         collectives_in(lowered, x)
+
+
+# Every element type JAX knows, by its name in jax.numpy or ml_dtypes.
+DTYPES = ["bool", "int2", "uint2", "int4", "uint4", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+          "uint64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128", "float8_e4m3fn",
+          "float8_e5m2", "float8_e4m3b11fnuz", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3", "float8_e3m4",
+          "float8_e8m0fnu", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn"]
+
+
+def _ml_bits(name: str) -> int:
+    """Bits of one element of an int or float type, by ml_dtypes (which knows int2, int4, float4, ...)."""
+    import ml_dtypes
+
+    dt = getattr(ml_dtypes, name, None) or getattr(np, name)
+    return (ml_dtypes.iinfo if name.startswith(("int", "uint")) else ml_dtypes.finfo)(dt).bits
+
+
+def test_element_widths_are_those_xla_and_ml_dtypes_give():
+    import re
+
+    import ml_dtypes
+
+    from shardlab.compiled import _BITS, _Array
+
+    count, seen, refused = 1024, set(), []
+    for name in DTYPES:
+        dt = getattr(jnp, name, None) or getattr(ml_dtypes, name, None)
+        if dt is None:
+            continue
+        dt = np.dtype(dt)
+        assert jnp.dtype(dt).itemsize == dt.itemsize
+        with jax.enable_x64(True):      # 64-bit types exist only with x64 on
+            try:
+                compiled = jax.jit(lambda x: x).lower(jax.ShapeDtypeStruct((count,), dt)).compile()
+            except Exception as e:       # JAX 0.10's XLA has no float6 yet; nothing else may be refused
+                assert name.startswith("float6") and "Invalid XLA PrimitiveType" in str(e), (name, e)
+                refused.append(name)
+                continue
+        text = compiled.as_text()
+        layout = re.search(r"entry_computation_layout=\{\((\w+)\[(\d+)\]\{([^}]*)\}", text)
+        hlo, packed = layout.group(1), re.search(r"E\((\d+)\)", layout.group(3))
+        seen.add(hlo)
+        nbytes = _Array(hlo, (count,)).nbytes
+        # XLA's own size of the buffer, and the width ml_dtypes gives: sub-byte types packed where XLA's
+        # layout says so (E(bits)), one element per byte (or more) otherwise.
+        assert nbytes == compiled.memory_analysis().argument_size_in_bytes, name
+        if packed:
+            bits = _ml_bits(name)
+            assert int(packed.group(1)) == bits < 8 and nbytes == count * bits // 8, name
+        else:
+            assert nbytes == count * dt.itemsize, name
+    assert seen >= {"pred", "s4", "u4", "s8", "bf16", "f32", "s64", "f64", "c128", "f8e4m3fn", "f8e5m2", "f4e2m1fn"}
+    # Every width shardlab knows is checked here (the 6-bit floats only where XLA compiles them).
+    unchecked = {"f6e2m3fn", "f6e3m2fn"} if refused else set()
+    assert set(_BITS) - {"token"} - seen == unchecked, "a width no dtype of JAX checks"
+    assert set(refused) <= {"float6_e2m3fn", "float6_e3m2fn"}
+
+
+def test_a_sub_byte_collective_sends_its_packed_bytes(line):
+    import ml_dtypes
+
+    # An all-gather of int2 values, 8 per device, over 8 devices: 64 values of 2 bits gathered, 16 bytes.
+    x = jax.ShapeDtypeStruct((64,), jnp.int2, sharding=NamedSharding(line, P("x")))
+    (c,) = collectives_in(shard_map(lambda v: jax.lax.all_gather(v, "x", tiled=True), line, P("x"), P("x")), x)
+    assert c.dtype == "s2" and c.result_shape == (64,)
+    assert c.result_bytes == 64 * ml_dtypes.iinfo(jnp.int2).bits // 8 == 16
+    assert c.bytes_per_device == 7 * 16 / 8
 
 
 def test_kinds_constant():

@@ -49,7 +49,12 @@ def test_routing_matches_the_rule(tokens, experts, k, capacity):
     assert isinstance(r, Routing)
     expert, gate, slot, kept = brute_force(logits.astype(np.float64), k, capacity)
     np.testing.assert_array_equal(r.expert, expert)
+    # float32 against float64: 1e-5 of each gate is a hundred times float32's rounding, and far below what a
+    # wrong rule gives (the top-k probabilities not renormalised over the k chosen, the other side):
     np.testing.assert_allclose(r.gate, gate, rtol=1e-5)
+    probs = np.exp(logits - logits.max(-1, keepdims=True)) / np.exp(logits - logits.max(-1, keepdims=True)).sum(
+        -1, keepdims=True)
+    assert not np.allclose(r.gate, np.take_along_axis(probs, expert, -1), rtol=1e-5, atol=0)
     np.testing.assert_array_equal(r.slot, slot)
     np.testing.assert_array_equal(r.kept, kept)
     assert np.asarray(r.kept).sum() <= experts * capacity
@@ -81,6 +86,10 @@ def test_dispatch_and_combine_move_tokens_and_back():
     back = np.einsum("tec,ecd->td", combine, buffers)
     kept_gate = (np.asarray(r.gate) * np.asarray(r.kept)).sum(-1)
     np.testing.assert_allclose(back, kept_gate[:, None] * x, rtol=1e-5, atol=1e-6)
+    # The other side of the tolerance: a token back without its gates, or with only its first gate, is outside.
+    assert not np.allclose(back, np.asarray(r.kept).any(-1)[:, None] * x, rtol=1e-5, atol=1e-6)
+    first_only = (np.asarray(r.gate) * np.asarray(r.kept))[:, 0]
+    assert not np.allclose(back, first_only[:, None] * x, rtol=1e-5, atol=1e-6)
 
 
 def test_routing_rejects_bad_input():

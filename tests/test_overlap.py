@@ -36,7 +36,15 @@ ENTRY %main (x: bf16[8,128], w: bf16[128,32]) -> bf16[8,32] {
 """
 
 
+def xla_accepts(text: str) -> None:
+    """The hand-written HLO is real HLO: XLA's parser reads it."""
+    from jaxlib import _hlo
+
+    _hlo.hlo_module_from_text(text)
+
+
 def test_scheduled_order_classifies_each_instruction_in_order():
+    xla_accepts(HLO)
     ops = scheduled_order(HLO)
     assert [op.name for op in ops][:3] == ["x", "w", "collective-permute-start"]
     kinds = [(op.name, op.kind, op.collective) for op in ops if op.kind != "other"]
@@ -135,6 +143,7 @@ ENTRY %main (x: bf16[4,8], w: bf16[8,8]) -> (bf16[4,8], bf16[8,8]) {
 @pytest.mark.parametrize("done_calls", ["", ", calls=%ag_computation"])   # XLA prints it without; older with
 def test_loops_and_async_wrapped_collectives(done_calls):
     hlo = LOOP_HLO.replace("async-done(%async-start)", "async-done(%async-start)" + done_calls)
+    xla_accepts(hlo)
     assert [op.kind for op in scheduled_order(hlo) if op.kind != "other"] == ["loop"]
     assert async_windows(hlo) == []                          # the window is inside the loop's body, not the entry
     body = [(op.kind, op.collective) for op in scheduled_order(hlo, "body") if op.kind != "other"]

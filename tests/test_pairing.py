@@ -11,6 +11,14 @@ import yaml
 from tests.paths import CHAPTERS, ROOT
 
 
+def test_the_chapters_are_found():
+    # The tests below run once per chapter: with none found they would all vanish, and the run stay green.
+    # Every notebook the table of contents names is one of them.
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    named = {c["file"] for part in toc["parts"] for c in part["chapters"] if c["file"].startswith("notebooks/")}
+    assert named and named == {f"notebooks/{md.stem}" for md in CHAPTERS}
+
+
 @pytest.mark.parametrize("md", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_chapter_has_a_synced_ipynb_twin(md, tmp_path):
     twin = md.with_suffix(".ipynb")

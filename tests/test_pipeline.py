@@ -78,6 +78,10 @@ def test_1f1b_buffers_one_inbox_slot_and_stages_stash_slots(stages, microbatches
     sched = one_f_one_b_schedule(stages, microbatches)
     slots = int(in_flight(sched).max())
     assert slots == min(stages, microbatches)
+    # Every buffer is looked at below: a message per microbatch between each pair of stages, a stash per
+    # microbatch on each stage.
+    assert {kind: sum(map(len, waiting_intervals(sched, kind))) for kind in ("act", "grad", "stash")} == \
+        {"act": (stages - 1) * microbatches, "grad": (stages - 1) * microbatches, "stash": stages * microbatches}
     for kind, size in (("act", 1), ("grad", 1), ("stash", slots)):
         for spans in waiting_intervals(sched, kind):
             for m1, a1, b1 in spans:

@@ -220,6 +220,7 @@ JAX_WORKER = """
 def test_real_jax_processes_run_a_cross_process_collective(tmp_path):
     script = write(tmp_path, "jax_worker.py", JAX_WORKER)
     runs = run_processes(script, 2, timeout=120)
+    assert len(runs) == 2
     for r in runs:
         assert r.result == {"process_count": 2, "devices": 4, "sum": 12.0, "psum": [6.0, 6.0]}, r.stderr
     assert all(gone(r.pid) and not_our_child(r.pid) for r in runs)

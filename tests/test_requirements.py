@@ -1,5 +1,6 @@
 """The pinned build and the oldest-JAX run stay consistent with the ranges readers install."""
 
+import pytest
 from packaging.requirements import Requirement
 
 from tests.paths import ROOT
@@ -49,7 +50,7 @@ def test_libtpu_is_the_one_jax_pairs_with():
     from importlib.metadata import requires, version
 
     if not (sys.platform == "linux" and platform.machine() == "x86_64"):
-        return      # requirements.txt installs libtpu on Linux x86-64 only: nothing here to pair
+        pytest.skip("requirements.txt installs libtpu on Linux x86-64 only: nothing here to pair")
     (wanted,) = [Requirement(r.split(";")[0]) for r in requires("jax") if r.startswith("libtpu")]
     assert wanted.specifier.contains(version("libtpu")), \
         f"libtpu {version('libtpu')} is installed, but jax {version('jax')} pairs with {wanted}"

@@ -35,6 +35,49 @@ def test_specs_cover_every_parameter_and_rank():
     assert specs["blocks"][0]["w_in"] == P("fsdp", "model")
 
 
+# Sizes that differ from each other, so that a dimension's size says what it is.
+DISTINCT = TransformerConfig(vocab=20, d_model=24, heads=3, d_ff=40, layers=3, seq=6)   # head_dim 8
+
+
+def test_every_parameter_of_every_block_has_its_spec():
+    from jax.sharding import PartitionSpec as P
+
+    # The layout the docstring states, written out by hand: the width (d_model) over fsdp in every matrix,
+    # heads and hidden units over model, the vocabulary over model in the output projection only.
+    block = {"ln1": P(), "ln2": P(),
+             "wq": P("fsdp", "model", None), "wk": P("fsdp", "model", None), "wv": P("fsdp", "model", None),
+             "wo": P("model", None, "fsdp"), "w_in": P("fsdp", "model"), "w_out": P("model", "fsdp")}
+    expected = {"embed": P(None, "fsdp"), "pos": P(None, "fsdp"), "ln_f": P(), "unembed": P("fsdp", "model"),
+                "blocks": [block] * DISTINCT.layers}
+    assert param_specs(init_params(DISTINCT)) == expected
+
+
+def test_each_spec_splits_the_dimensions_its_role_says():
+    # Read the other way: from each array's shape. A dimension of size d_model is split over fsdp (layer norms
+    # are replicated); one of size heads or d_ff over model, and the vocabulary where it is an output.
+    import jax
+
+    c = DISTINCT
+    params, specs = init_params(c), param_specs(init_params(c))
+    flat_params = jax.tree_util.tree_flatten_with_path(params)[0]
+    flat_specs = dict(jax.tree_util.tree_flatten_with_path(
+        specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))[0])
+    assert len(flat_params) == len(flat_specs) == 4 + 8 * c.layers
+    for path, array in flat_params:
+        name = path[-1].key
+        spec = tuple(flat_specs[path]) + (None,) * (array.ndim - len(flat_specs[path]))
+        for size, axis in zip(array.shape, spec):
+            if name.startswith("ln"):
+                want = None
+            elif size == c.d_model:
+                want = "fsdp"
+            elif size in (c.heads, c.d_ff) or (size == c.vocab and name == "unembed"):
+                want = "model"
+            else:
+                want = None                                  # head_dim, seq, the embedding's vocabulary
+            assert axis == want, (jax.tree_util.keystr(path), array.shape, spec)
+
+
 def test_without_fsdp():
     from jax.sharding import PartitionSpec as P
     assert without_fsdp(P("fsdp", "model")) == P(None, "model")
