@@ -84,9 +84,9 @@ def page_dpi(fig_or_inches) -> float:
 @dataclass(frozen=True)
 class PageImage:
     """A picture ready for a page: ``data`` (PNG bytes, ``PIXEL_DENSITY`` x the displayed size in
-    pixels), ``width`` and ``height`` (displayed CSS px), ``alt`` (what it shows) and ``dpi`` (the dpi it
-    was rendered at: text of ``p`` pt in the figure is ``p * dpi / (PIXEL_DENSITY * 96) * 72 / 72`` pt as
-    displayed, see ``displayed_pt``)."""
+    pixels), ``width`` and ``height`` (displayed CSS px), ``alt`` (what it shows), ``dpi`` (the dpi it
+    was rendered at: text of ``p`` points in the figure shows at ``displayed_pt(p)`` points) and
+    ``smallest_text_pt`` (the smallest text it draws, as displayed)."""
 
     data: bytes
     width: int
@@ -94,6 +94,7 @@ class PageImage:
     alt: str
     dpi: float
     mime: str = "image/png"
+    smallest_text_pt: float = math.inf   # the smallest text drawn, in points as displayed
 
     def displayed_pt(self, points: float) -> float:
         """The displayed size of text drawn at ``points`` in the figure."""
@@ -152,12 +153,40 @@ def encode_png(img, *, colors: int | None = 256) -> bytes:
     return out.getvalue()
 
 
-def _render_rgb(fig, dpi: float, tight: bool):
+class _TextSizes:
+    """Within ``with``: the size in points of every text matplotlib draws (visible and not blank)."""
+
+    def __enter__(self):
+        from matplotlib.text import Text
+
+        self.sizes: list[float] = []
+        self._orig = Text.draw
+        sizes, orig = self.sizes, self._orig
+
+        def draw(text, renderer):
+            if text.get_visible() and text.get_text().strip():
+                sizes.append(float(text.get_fontsize()))
+            return orig(text, renderer)
+
+        Text.draw = draw
+        return self
+
+    def __exit__(self, *exc):
+        from matplotlib.text import Text
+
+        Text.draw = self._orig
+        return False
+
+
+def _render_rgb(fig, dpi: float, tight: bool, sizes: list | None = None):
     from PIL import Image
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, facecolor="white",
-                **({"bbox_inches": "tight", "pad_inches": TIGHT_PAD_IN} if tight else {}))
+    with _TextSizes() as seen:
+        fig.savefig(buf, format="png", dpi=dpi, facecolor="white",
+                    **({"bbox_inches": "tight", "pad_inches": TIGHT_PAD_IN} if tight else {}))
+    if sizes is not None:
+        sizes[:] = seen.sizes
     return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
 
 
@@ -168,27 +197,29 @@ def page_image(fig, *, tight: bool = True, alt: str | None = None, colors: int |
     colors: quantise the PNG to a palette of that many colours (None: full colour). alt: the alt text
     (default: ``figure_alt(fig)``).
     """
+    sizes: list = []
     if tight:
         dpi = PIXEL_DENSITY * CSS_PX_PER_INCH
-        img = _render_rgb(fig, dpi, True)
+        img = _render_rgb(fig, dpi, True, sizes)
         if img.size[0] > PIXEL_DENSITY * COLUMN_PX:
             # Wider than the column: render again at the dpi that makes it exactly the column's width.
             # The cropped box is a size in inches, so it scales with the dpi (up to a pixel of rounding).
             dpi = dpi * (PIXEL_DENSITY * COLUMN_PX - 0.5) / img.size[0]
-            img = _render_rgb(fig, dpi, True)
+            img = _render_rgb(fig, dpi, True, sizes)
             if img.size[0] > PIXEL_DENSITY * COLUMN_PX:
                 img = img.crop((0, 0, PIXEL_DENSITY * COLUMN_PX, img.size[1]))
         img = _even(img)
     else:
         dpi = page_dpi(fig)
-        img = _render_rgb(fig, dpi, False)
+        img = _render_rgb(fig, dpi, False, sizes)
         w = PIXEL_DENSITY * display_width(fig)
         if img.size[0] != w:  # a rounding pixel
             img = img.crop((0, 0, w, img.size[1])) if img.size[0] > w else _even(img)
         img = _even(img)
     data = encode_png(img, colors=colors)
     return PageImage(data, img.size[0] // PIXEL_DENSITY, img.size[1] // PIXEL_DENSITY,
-                     figure_alt(fig) if alt is None else str(alt), dpi)
+                     figure_alt(fig) if alt is None else str(alt), dpi,
+                     smallest_text_pt=min(sizes) * dpi / (PIXEL_DENSITY * CSS_PX_PER_INCH) if sizes else math.inf)
 
 
 def img_html(image: PageImage, *, css_class: str = "shardlab-figure") -> str:
@@ -266,7 +297,9 @@ def figure_bundle(fig, include=None, exclude=None):
         return None  # an empty figure shows nothing, as with matplotlib's own display
     image = page_image(fig)
     data = {"text/html": img_html(image), "image/png": image.b64(), "text/plain": f"<Figure: {image.alt}>"}
-    return data, {"image/png": {"width": image.width, "height": image.height}}
+    # The smallest text as displayed rides along in the metadata, for a test of the executed chapters.
+    smallest = round(image.smallest_text_pt, 2) if math.isfinite(image.smallest_text_pt) else None
+    return data, {"image/png": {"width": image.width, "height": image.height, "shardlab_smallest_text_pt": smallest}}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -296,13 +329,9 @@ def drawn_text_sizes(fig, dpi: float | None = None) -> list[tuple[float, str]]:
     return sizes
 
 
-def smallest_text_pt(fig, image: PageImage | None = None) -> float:
+def smallest_text_pt(fig) -> float:
     """The smallest text of a figure, in points at the size it is displayed on a page (``page_image``)."""
-    image = image or page_image(fig)
-    sizes = drawn_text_sizes(fig)
-    if not sizes:
-        return math.inf
-    return image.displayed_pt(min(s for s, _ in sizes))
+    return page_image(fig).smallest_text_pt
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1197,5 +1197,5 @@ def draw_links(mesh, axis: str, *, ax=None, title: str | None = None, figsize=No
     # The title may reach past the axes to the figure's edges when the figure is ours.
     fw = fig.get_size_inches()[0] * 72
     ax_w_pt = fw - 12 if own else ax.get_position().width * fw
-    ax.set_title(_wrap(title, ax_w_pt, 11 * k, max_lines=3), fontsize=11 * k)
+    ax.set_title(_wrap(title, ax_w_pt, 11 * k, max_lines=8), fontsize=11 * k)
     return fig

@@ -17,7 +17,7 @@ import itertools
 import math
 import textwrap
 
-from shardlab.display import PIXEL_DENSITY, display_width, figure_alt, page_dpi
+from shardlab.display import PIXEL_DENSITY, _TextSizes, display_width, figure_alt, page_dpi
 from shardlab.draw import ShardFigure, png_bytes, sheet_for
 from shardlab.layout import format_mesh, format_spec, tile_map, _normalise_mesh
 from shardlab.static_player import message_svg, player_html
@@ -130,6 +130,7 @@ class Explorer:
         self._frames = None
         self._drawn = None
         self._drawn_error = None   # (title, message) when the last choice drawn was refused
+        self.smallest_text_pt = math.inf   # known once the frames are rendered
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -245,6 +246,7 @@ class Explorer:
             saved = dict(self._pos)
             unique, table, alts = {}, [], []
             w, h = self.display_size
+            smallest = math.inf
             for combo in itertools.product(*(range(len(v)) for v in self.controls.values())):
                 pos = dict(zip(self.controls, combo))
                 self._draw_positions(pos)
@@ -253,13 +255,17 @@ class Explorer:
                     data = message_svg(message, title=title, width=w, height=h)
                     alt = f"{title}: {message}" if title else message
                 else:
-                    data = png_bytes(self.figure, colors=PAGE_COLORS, compact=True, format=PAGE_FORMAT)
+                    with _TextSizes() as seen:
+                        data = png_bytes(self.figure, colors=PAGE_COLORS, compact=True, format=PAGE_FORMAT)
+                    smallest = min([smallest] + seen.sizes)
                     alt = figure_alt(self.figure)
                 if data not in unique:
                     unique[data] = len(unique)
                     alts.append(" ".join(alt.split()))
                 table.append(unique[data])
             self._frames = (table, list(unique), alts)
+            # The smallest text in any picture frame, in points as displayed (refusals are 10.5 pt).
+            self.smallest_text_pt = smallest * w / (self.figure.get_size_inches()[0] * 96)
             self._pos = saved
             self._draw_positions(saved)  # leave the live figure showing the current choice
         return self._frames
@@ -268,8 +274,11 @@ class Explorer:
         """The self-contained static player (no kernel, no network needed)."""
         table, frames, alts = self.frames()
         controls = [(k, self._labels[k]) for k in self.controls]
-        return player_html(controls, frames, table, list(self._pos.values()), alts=alts,
+        html = player_html(controls, frames, table, list(self._pos.values()), alts=alts,
                            caption=self._caption, width=self.display_size[0], height=self.display_size[1])
+        if math.isfinite(self.smallest_text_pt):   # for a test of the executed chapters
+            html = html.replace(" style=", f' data-smallest-text-pt="{self.smallest_text_pt:.2f}" style=', 1)
+        return html
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         bundle = {"text/plain": repr(self), "text/html": self.to_html()}

@@ -416,9 +416,11 @@ def test_shown_at_twice_its_displayed_size_within_the_column(name):
 @pytest.mark.parametrize("name", list(PICTURES))
 def test_smallest_text_is_at_least_9_pt_as_displayed(name):
     fig = PICTURES[name]
-    attrs, *_ = shown(fig)
+    attrs, _, _, meta = shown(fig)
     smallest = displayed_text_pt(fig, int(attrs["width"]))
     assert smallest >= 9.0 - 0.05, f"{name}: text of {smallest:.2f} pt as displayed"
+    # The display's own reading (in its metadata, for tests of executed chapters) agrees.
+    assert abs(meta["shardlab_smallest_text_pt"] - smallest) < 0.1
 
 
 def test_the_text_measure_sees_small_text_and_shrunk_figures():
@@ -429,9 +431,10 @@ def test_the_text_measure_sees_small_text_and_shrunk_figures():
     wide = ShardFigure(figsize=(14, 2))           # shown at the column's width: everything shrinks
     wide.text(0.02, 0.5, "left", fontsize=10)
     wide.text(0.98, 0.5, "right", fontsize=10)
-    attrs = shown(wide)[0]
+    attrs, _, _, meta = shown(wide)
     assert int(attrs["width"]) == COLUMN_PX
     assert displayed_text_pt(wide, int(attrs["width"])) < 9.0
+    assert abs(meta["shardlab_smallest_text_pt"] - 10 * COLUMN_PX / (14 * 96)) < 0.1
 
 
 def test_alt_text_says_what_the_picture_shows():

@@ -260,3 +260,18 @@ def test_explorer_checks_its_figure_size():
         explorer({"a": [1], "b": [1]}, draw_a, figsize=(0, 3))
     with pytest.raises(ValueError, match="figsize"):
         explorer({"a": [1], "b": [1]}, draw_a, figsize="big")
+
+
+def test_smallest_text_of_the_frames_is_recorded():
+    def draw(fig, a):
+        fig.text(0.1, 0.5, f"a = {a}", fontsize=7)
+        fig.text(0.1, 0.8, "title", fontsize=12)
+
+    small = explorer({"a": [1, 2]}, draw, figsize=(4, 3)).to_html()
+    assert float(re.search(r'data-smallest-text-pt="([\d.]+)"', small).group(1)) == pytest.approx(7, abs=0.01)
+    wide = explorer({"a": [1, 2]}, draw, figsize=(14, 3)).to_html()   # shown at the column: smaller
+    assert float(re.search(r'data-smallest-text-pt="([\d.]+)"', wide).group(1)) == \
+        pytest.approx(7 * COLUMN_PX / (14 * 96), abs=0.01)
+    ex = small_explorer()
+    ex.to_html()
+    assert ex.smallest_text_pt >= 9.0 - 1e-6
