@@ -239,11 +239,13 @@ def _clean(s: str) -> str:
 
 
 def _sheets_of(fig) -> list:
+    """The shardlab sheets drawn on ``fig`` that are still on it (a cleared figure loses its texts)."""
     sheets = list(getattr(fig, "_shardlab_sheets", []))
     own = getattr(fig, "_shardlab_sheet", None)
     if own is not None and own not in sheets:
         sheets.insert(0, own)
-    return sheets
+    texts = {id(t) for t in fig.texts}
+    return [s for s in sheets if id(s.title) in texts]
 
 
 def figure_alt(fig, max_chars: int = 700) -> str:
@@ -282,9 +284,8 @@ def figure_alt(fig, max_chars: int = 700) -> str:
             add(t.get_text())
     text = ". ".join(p.rstrip(".") for p in parts)
     if not text:
-        kinds = [type(a).__name__ for ax in fig.axes for a in ax.get_children()[:0]]
-        text = f"A figure with {len(fig.axes)} plot{'s' if len(fig.axes) != 1 else ''}" if fig.axes or not kinds \
-            else "A figure"
+        n = sum(1 for ax in fig.axes if ax.get_visible())
+        text = f"A figure with {n} plot{'s' if n != 1 else ''}" if n else "A figure"
     if len(text) > max_chars:
         text = textwrap.shorten(text, max_chars - 1, placeholder=" …")
     return text if text.endswith((".", "…")) else text + "."

@@ -455,6 +455,12 @@ def test_alt_text_says_what_the_picture_shows():
     ax.set_xlabel("step")
     ax.set_ylabel("bytes")
     assert figure_alt(fig) == "bytes against step."
+    # A figure cleared and drawn again describes only what it shows now.
+    fig = ShardFigure(figsize=(5, 4))
+    draw_sharding(tile_map({"x": 2}, P("x"), (4, 4)), ax=fig.add_subplot())
+    fig.clear()
+    draw_sharding(tile_map({"x": 2}, P(None, "x"), (4, 4)), ax=fig.add_subplot())
+    assert "P(None, 'x')" in figure_alt(fig) and "P('x'" not in figure_alt(fig)
 
 
 def test_pyplot_and_plain_figures_follow_the_defaults():
