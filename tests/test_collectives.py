@@ -151,7 +151,7 @@ def test_ring_ends_where_the_builtin_does(kind, n):
     assert ring.total_bytes_per_device == total
 
 
-@pytest.mark.parametrize("n", [2, 3, 5, 8])
+@pytest.mark.parametrize("n", [3, 8])
 @pytest.mark.parametrize("kind", RING_KINDS)
 def test_replaying_the_recorded_sends_gives_the_recorded_states(kind, n):
     # Start from the first state and apply the recorded sends, step by step: position p sends slot
