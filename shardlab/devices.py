@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax
 
+from shardlab.display import set_figure_defaults
 from shardlab.targets import quiet_libtpu, share_libtpu
 
 DEFAULT_DEVICE_COUNT = 8
@@ -53,12 +54,14 @@ def setup_devices(n: int = DEFAULT_DEVICE_COUNT) -> list:
     Must run before any other JAX computation in the process; if JAX already
     started with fewer than ``n`` devices, raises ``RuntimeError`` asking for a
     kernel restart. In IPython (Jupyter, Colab) it also switches errors to their
-    type and message alone (``%xmode minimal``); ``%xmode context`` brings full
-    tracebacks back.
+    type and message alone (``%xmode minimal``; ``%xmode context`` brings full
+    tracebacks back) and shows matplotlib figures at twice the pixels of their
+    displayed size, with alt text (``shardlab.display.set_figure_defaults``).
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"setup_devices: n must be a positive integer number of devices, got {n!r}")
     _brief_errors()
+    set_figure_defaults()  # the chapters' own matplotlib figures, sharp and sized like shardlab's
 
     if _backends_started():
         found = jax.devices()
