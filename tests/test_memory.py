@@ -1,5 +1,8 @@
 """shardlab.memory: which memory kinds devices have, and memory placement read from program text."""
 
+import platform
+import sys
+
 import shardlab
 
 DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
@@ -16,6 +19,8 @@ from shardlab.memory import Placement  # noqa: E402
 
 # What JAX's CPU client gives every CPU device (the reference for the CPU runs of these tests).
 CPU_KINDS = {"device", "pinned_host", "unpinned_host"}
+# requirements.txt installs libtpu (XLA's TPU compiler) on Linux x86-64: there the TPU test must run.
+LIBTPU_PLATFORM = sys.platform == "linux" and platform.machine() == "x86_64"
 
 
 def jax_kinds(device) -> set:
@@ -245,6 +250,7 @@ def test_live_jit_to_host_memory():
     assert all(isinstance(p, Placement) for p in compiled)
 
 
+@pytest.mark.skipif(not LIBTPU_PLATFORM, reason="libtpu is installed on Linux x86-64 only")
 def test_a_tpu_program_moves_between_host_and_device():
     # XLA:TPU's own program (libtpu, compiled here with no TPU): it copies the host input in and the
     # product out, asynchronously, and lays out each input and output in the memory its sharding names.
