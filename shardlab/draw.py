@@ -37,6 +37,7 @@ __all__ = ["PALETTE", "device_color", "draw_sharding", "draw_mesh", "draw_links"
 _TAB20 = ['#1f77b4', '#aec7e8', '#ff7f0e', '#ffbb78', '#2ca02c', '#98df8a', '#d62728', '#ff9896',
           '#9467bd', '#c5b0d5', '#8c564b', '#c49c94', '#e377c2', '#f7b6d2', '#7f7f7f', '#c7c7c7',
           '#bcbd22', '#dbdb8d', '#17becf', '#9edae5']
+#: The book's colour of each device id, in order (tab20's strong colours, then its light ones).
 PALETTE: tuple[str, ...] = tuple(_TAB20[0::2] + _TAB20[1::2])
 _PALETTE_RGB = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in PALETTE], dtype=np.uint8)
 _ERROR_RGB = "#b00020"

@@ -56,7 +56,7 @@ __all__ = [
 #: The two passes of a training step, in the order they run.
 PASSES = ("forward", "backward")
 
-#: The strategy names :func:`mlp_transfers` and :func:`mlp_memory` understand.
+#: The strategy names :func:`~shardlab.mlp_transfers` and :func:`~shardlab.mlp_memory` understand.
 STRATEGIES = ("dp", "fsdp", "tp", "dp+tp")
 
 #: How a gradient reduce-scatter can appear in compiled code.

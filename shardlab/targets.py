@@ -44,8 +44,8 @@ class Target:
         return math.prod(int(size) for size in self.topology.split(":")[1].split("x"))
 
 
-#: The TPU slices the book compiles for, named as Google Cloud names them: by chips for v5e and v6e,
-#: by TensorCores (two per chip) for v5p.
+#: The TPU slices the book compiles for, named as Google Cloud names them (by chips for v5e and
+#: v6e, by TensorCores, two per chip, for v5p).
 TARGETS = {t.name: t for t in (
     Target("v5e-1", "v5e:1x1", CHIPS["TPU v5e"], "Colab's TPU runtime: one v5e chip", (1, 1, 1)),
     Target("v5e-8", "v5e:2x4", CHIPS["TPU v5e"], "Kaggle's TPU runtime: one host with 8 v5e chips", (2, 4, 1)),
