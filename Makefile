@@ -59,7 +59,7 @@ test: $(STAMP) $(OLDEST_STAMP) $(CHROMIUM)
 	@$(call SAY_JAX,$(OLDEST)/bin)
 	BOOK_CACHE=0 $(OLDEST)/bin/pytest -n auto --durations=5 tests --ignore=tests/browser --ignore=tests/test_colab_like.py
 	$(JB)
-	$(BIN)/pytest tests/browser
+	$(BIN)/pytest -n auto tests/browser
 
 sync: $(STAMP)
 	$(BIN)/jupytext --sync notebooks/*.md
