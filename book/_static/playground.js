@@ -19,8 +19,7 @@
     "#bcbd22", "#dbdb8d", "#17becf", "#9edae5"];
   const PALETTE = TAB20.filter((_, i) => i % 2 === 0).concat(TAB20.filter((_, i) => i % 2 === 1));
   const PALETTE_RGB = PALETTE.map((c) => [1, 3, 5].map((i) => parseInt(c.slice(i, i + 2), 16)));
-  const MANY_RGB = [221, 221, 221];   // a tile with more holders than MAX_STRIPES: plain grey
-  const MAX_STRIPES = 16;
+  const SHARED_RGB = [232, 232, 232];   // a tile held by several devices: one neutral grey, as in the chapters
   const MAX_PANELS = 36;
   const MAX_LABELS = 1024;
 
@@ -839,18 +838,18 @@
       notes.push("element numbers on the axes left out (too little room)");
     }
 
-    // Colours: a tile shows its holders' colours in diagonal stripes, or grey when they are too many.
-    const nColors = rep <= MAX_STRIPES ? rep : 0;
+    // Colours: a tile held by one device has that device's colour; one held by several is grey.
+    const nColors = rep === 1 ? 1 : 0;
     const maxId = lay.ids.reduce((m, v) => Math.max(m, v), 0);
     const lut = new Uint32Array(maxId + 1);
     const pack = ([r, g, b]) => ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;   // little-endian RGBA
     for (const id of lay.ids) lut[id] = pack(PALETTE_RGB[id % PALETTE_RGB.length]);
-    const grey = pack(MANY_RGB);
+    const grey = pack(SHARED_RGB);
     // White borders between tiles, left out where they would hide small tiles.
     const lw = Math.min(pw / C, ph / R) < 6 ? 0 : Math.max(R, C) <= 16 ? 1.5 : Math.max(R, C) <= 48 ? 0.8 : 0;
 
     // Tile labels: one font for all, the largest (up to 11 pt) with which every label fits inside its tile
-    // (on a white box where the tile is striped or grey); none when that is below 9 pt.
+    // (on a white box where the tile is grey); none when that is below 9 pt.
     const boxed = nColors !== 1;
     const perPanel = R * C * rep;
     let stride = 1;
@@ -917,7 +916,6 @@
     const tileOfY = new Int32Array(pxH);
     for (let x = 0; x < pxW; x++) tileOfX[x] = Math.floor((x * C) / pxW);
     for (let yy = 0; yy < pxH; yy++) tileOfY[yy] = Math.floor((yy * R) / pxH);
-    const stripe = Math.floor(Math.min(16, Math.max(4, Math.min(pw / C, ph / R) / (1.5 * Math.max(nColors, 1))))) * dpr;
     const image = ctx.createImageData(pxW, pxH);
     const pixels = new Uint32Array(image.data.buffer);
     const lwd = lw ? Math.max(1, Math.round(lw * dpr)) : 0;   // border width in device pixels
@@ -934,8 +932,7 @@
         const rowBase = base + tileOfY[yy] * C * rep;
         for (let x = 0; x < pxW; x++) {
           const t = rowBase + tileOfX[x] * rep;
-          pixels[yy * pxW + x] = nColors === 0 ? grey
-            : nColors === 1 ? lut[lay.holders[t]] : lut[lay.holders[t + (Math.floor((x + yy) / stripe) % nColors)]];
+          pixels[yy * pxW + x] = nColors === 1 ? lut[lay.holders[t]] : grey;
         }
       }
       const X0 = Math.round(x0 * dpr);
@@ -981,7 +978,7 @@
         const cx = x0 + ((c + 0.5) * pw) / C;
         const cy = y0 + ((r + 0.5) * ph) / R;
         const y1 = cy - ((lines.length - 1) * lh) / 2;
-        if (boxed) {   // a white box keeps the label readable on stripes (draw._LABEL_BOX)
+        if (boxed) {   // a white box sets the label off the grey (draw._LABEL_BOX)
           const w = Math.max(...lines.map((l) => ctx.measureText(l).width)) + labelPx * 0.3;
           const h = lines.length * lh + labelPx * 0.2;
           ctx.fillStyle = "rgba(255, 255, 255, 0.8)";

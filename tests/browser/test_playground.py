@@ -637,7 +637,7 @@ def test_page_weight():
     assert weight <= WEIGHT_LIMIT
 
 
-# Meshes of 4096 devices whose update is timed: one tile per device, stripes of 16 holders, 36 panels.
+# Meshes of 4096 devices whose update is timed: one tile per device, grey tiles of 16 holders, 36 panels.
 BIG_VIEWS = [
     {"mesh": [("x", 16), ("y", 16), ("z", 16)], "shape": "(4096, 64)", "spec": "P(('x', 'y', 'z'), None)"},
     {"mesh": [("x", 16), ("y", 16), ("z", 16)], "shape": "(64, 64)", "spec": "P('x', 'y')"},
@@ -804,7 +804,7 @@ TEXT_SPY = """() => {
 
 PICTURES = [
     {},
-    {"spec": "P('x')"},                                                         # 4 holders, striped
+    {"spec": "P('x')"},                                                         # 4 holders, one grey tile each
     {"mesh": [{"name": "x", "size": "12"}, {"name": "y", "size": "2"}] + [{"name": "", "size": ""}] * 2,
      "shape": "(8, 6)", "spec": "P(None, 'y')"},                               # 12 holders per tile
     {"mesh": [{"name": "x", "size": "2"}, {"name": "y", "size": "4"}, {"name": "z", "size": "2"},
@@ -948,7 +948,7 @@ PALETTE_PIXELS = """(g) => {
   const c = document.getElementById('pg-canvas-1');
   const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
   const perCss = c.width / c.clientWidth;
-  const colours = new Set(window.ShardingPlayground.PALETTE.map((h) => h.toLowerCase()).concat(['#ffffff', '#dddddd']));
+  const colours = new Set(window.ShardingPlayground.PALETTE.map((h) => h.toLowerCase()).concat(['#ffffff', '#e8e8e8']));
   const hex = (i) => '#' + [d[i], d[i + 1], d[i + 2]].map((v) => v.toString(16).padStart(2, '0')).join('');
   const odd = [];
   for (const panel of g.panels) {
