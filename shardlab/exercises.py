@@ -113,7 +113,7 @@ def check(answer: Any, expected: Any, *, hint: str = "", run: Callable[[Any], An
     problem = _mismatch(value, expected, rtol, atol)
     if problem is not None:
         shown = "your code gave" if run is not None else "your answer was"
-        if _is_array(value) and not isinstance(value, (list, tuple)) and np.asarray(value).size > 8:
+        if _is_array(value) and np.asarray(value).size > 8:
             message = f"Not yet: {problem}."
         else:
             message = f"Not yet: {shown} {_short(value)} ({problem})."
