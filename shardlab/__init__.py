@@ -2,7 +2,8 @@
 
 Device set-up, sharding layouts and their pictures, explorers that work live
 and on the published page, the collectives read from compiled code and the
-ring model of what they send, and the small machinery some chapters need
+ring model of what they send, one time model (links from the topology, a
+latency per collective), and the small machinery some chapters need
 (memory kinds, local processes, the communication model of training strategies,
 transposed collectives, pipeline schedules, compiled schedules and overlap, ring
 attention, expert routing, a small transformer).
@@ -16,6 +17,8 @@ from shardlab.explore import Explorer, explorer, sharding_explorer
 from shardlab.compiled import Collective, CollectiveReport, collectives_in, collectives_in_compiled, collectives_in_text
 from shardlab.cost_model import (CHIPS, Chip, bytes_all_gather, bytes_all_reduce, bytes_all_to_all,
                                  bytes_all_to_all_ring, bytes_permute, bytes_reduce_scatter, step_time)
+from shardlab.time_model import (ICI_HOP_LATENCY, AxisNetwork, Traffic, axis_links, axis_network, compiled_traffic,
+                                 group_network, mesh_network, modelled_passes, modelled_time, torus_wraparound)
 from shardlab.targets import (HERE, TARGETS, CompiledProgram, ProgramMemory, Target, TPUCompilerUnavailable,
                               compile_for, compiling_for_tpu, target_devices, target_mesh, tpu_compiler_missing)
 from shardlab.collectives import (CollectiveRun, RingSteps, collective_view, draw_collective, ring_steps,
@@ -48,6 +51,9 @@ __all__ = [
     # the cost model: ring-model bytes, published chip figures, modelled time
     "bytes_all_gather", "bytes_reduce_scatter", "bytes_all_reduce", "bytes_all_to_all", "bytes_all_to_all_ring",
     "bytes_permute", "Chip", "CHIPS", "step_time",
+    # the one time model: links and hops per mesh axis from the topology, latency, modelled time
+    "ICI_HOP_LATENCY", "AxisNetwork", "Traffic", "torus_wraparound", "group_network", "axis_network", "axis_links",
+    "mesh_network", "compiled_traffic", "modelled_time", "modelled_passes",
     # compile targets: here, or a TPU slice compiled for ahead of time
     "Target", "TARGETS", "HERE", "target_devices", "target_mesh", "compile_for", "CompiledProgram",
     "ProgramMemory", "compiling_for_tpu", "tpu_compiler_missing", "TPUCompilerUnavailable",

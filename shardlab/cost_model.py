@@ -201,23 +201,31 @@ def _chip(chip) -> Chip:
     raise ValueError(f"chip must be a Chip or one of {sorted(CHIPS)}, got {chip!r}")
 
 
-def step_time(flops, nbytes, chip, *, links: int = 1) -> dict:
+def step_time(flops, nbytes, chip, *, links: int = 1, collectives: int = 0, hops: int = 0) -> dict:
     """Modelled time of a step on one chip: compute, communication, and which one bounds it.
 
     ``flops``: floating-point operations one chip performs; ``nbytes``: bytes it sends
     (a ring-model count); ``links``: ICI links it sends them over at once (1 for a
-    one-way ring, 2 for a bidirectional one). ``compute = flops / peak_flops`` and
-    ``comm = nbytes / (links * link_bandwidth)``; with perfect overlap the step takes
-    their maximum (``overlapped``), with none their sum (``serial``). A model of the
+    one-way ring or an open line, 2 for a ring with wraparound, more for an axis spanning
+    several torus axes: :func:`shardlab.axis_links` derives it from the topology).
+    ``compute = flops / peak_flops`` and ``comm = nbytes / (links * link_bandwidth)``, plus
+    ``collectives * hops * ICI_HOP_LATENCY`` when ``collectives`` (each one pass of ``hops``
+    ICI hops) are given (default 0: bandwidth only). With perfect overlap the step takes
+    their maximum (``overlapped``), with none their sum (``serial``). A one-axis use of
+    :func:`shardlab.modelled_time`, which states the model's assumptions; a model of the
     chip at its published peak: real steps are slower.
     """
+    from shardlab.time_model import ICI_HOP_LATENCY, AxisNetwork, Traffic, modelled_time
+
     chip = _chip(chip)
     for name, value in (("flops", flops), ("nbytes", nbytes)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating, Fraction)) \
                 or not value >= 0:
             raise ValueError(f"step_time: {name} must be a non-negative number, got {value!r}")
     _check_links(links, chip)
-    compute = float(flops) / chip.peak_flops
-    comm = float(nbytes) / (links * chip.link_bandwidth)
-    return {"compute": compute, "comm": comm, "overlapped": max(compute, comm), "serial": compute + comm,
-            "bound": "communication" if comm > compute else "compute"}
+    for name, value in (("collectives", collectives), ("hops", hops)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"step_time: {name} must be a non-negative integer, got {value!r}")
+    t = modelled_time(flops, [Traffic(nbytes, "ici", collectives, "all-gather")], chip,
+                      {"ici": AxisNetwork(links, max(hops, 1))}, hop_latency=ICI_HOP_LATENCY if hops else 0.0)
+    return {k: t[k] for k in ("compute", "comm", "overlapped", "serial", "bound")}

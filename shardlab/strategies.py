@@ -12,11 +12,12 @@ emitted the collectives expected here. ``mlp_flops`` counts the matrix
 products of one step and :func:`mlp_memory` what one device holds.
 
 From bytes and flops to time: :func:`step_times` turns each pass's flops and
-modelled bytes into modelled compute and communication times on a chip
-(:func:`shardlab.step_time`, published chip figures), assuming a
-pass's communication can hide only behind that pass's arithmetic and the mesh
-axes send over links of their own; :func:`compute_bound_from` solves for the
-batch (or hidden width) from which every pass is compute-bound.
+collectives into modelled times with the book's one time model
+(:func:`shardlab.modelled_time`: links and hops per mesh axis from the topology,
+a latency per collective, published chip figures), assuming a pass's
+communication can hide only behind that pass's arithmetic;
+:func:`compute_bound_from` solves for the batch (or hidden width) from which
+every pass is compute-bound.
 
 Strategies (``data`` and ``model`` are mesh axis sizes):
 
@@ -37,7 +38,8 @@ from dataclasses import dataclass
 import math
 
 from shardlab.arguments import positive_int as _positive_int
-from shardlab.cost_model import bytes_all_gather, bytes_all_reduce, bytes_reduce_scatter, step_time
+from shardlab.cost_model import bytes_all_gather, bytes_all_reduce, bytes_reduce_scatter
+from shardlab.time_model import AxisNetwork, Traffic, modelled_passes
 
 __all__ = [
     "STRATEGIES",
@@ -271,60 +273,79 @@ def _links(name: str, value) -> int:
     return value
 
 
-def step_times(strategy: str, sizes: MLPSizes, chip, *, data: int = 1, model: int = 1, data_links: int = 2,
-               model_links: int = 2, **options) -> dict:
+def _network(network, data: int, model: int, data_links, model_links) -> tuple[dict, float | None]:
+    """The network of the two axes and the hop latency to use (None: the time model's own)."""
+    if network is not None:
+        if data_links is not None or model_links is not None:
+            raise ValueError("network: give either network or data_links/model_links, not both")
+        if not isinstance(network, dict) or not all(isinstance(v, AxisNetwork) for v in network.values()):
+            raise ValueError(f"network must be a dict {{'data': AxisNetwork, 'model': AxisNetwork}} "
+                             f"(shardlab.mesh_network), got {network!r}")
+        for axis, size in (("data", data), ("model", model)):
+            if size > 1 and axis not in network:
+                raise ValueError(f"network has no entry for the {axis!r} axis (of size {size})")
+        return network, None
+    # Links given by hand (the older form): bandwidth only, no latency.
+    links = {"data": _links("data_links", 2 if data_links is None else data_links),
+             "model": _links("model_links", 2 if model_links is None else model_links)}
+    return {axis: AxisNetwork(n, 1) for axis, n in links.items()}, 0.0
+
+
+def step_times(strategy: str, sizes: MLPSizes, chip, *, data: int = 1, model: int = 1, network: dict | None = None,
+               data_links: int | None = None, model_links: int | None = None, **options) -> dict:
     """Modelled time of one training step on one chip, pass by pass: compute, communication, bound.
 
-    Each pass's flops (:func:`mlp_pass_flops`) take ``flops / peak`` seconds; each
-    mesh axis's modelled bytes in that pass (:func:`mlp_transfers`, same ``options``)
-    take ``bytes / (links * link_bandwidth)`` (:func:`shardlab.step_time`),
-    the ``data`` axis over ``data_links`` links and the ``model`` axis over
-    ``model_links`` of its own (2: both directions of one torus axis, as a
-    bidirectional ring uses them). Assumptions, as in the scaling book's training
-    chapter: the two axes' collectives overlap each other (a pass communicates for
-    the longer of the two), and a pass's communication overlaps only that pass's
-    arithmetic. Published peak figures: real steps are slower.
+    :func:`shardlab.modelled_passes` (the book's one time model, which states its assumptions) of the
+    two passes: each pass's flops (:func:`mlp_pass_flops`) and its collectives
+    (:func:`mlp_transfers`, same ``options``) on the ``"data"`` and ``"model"`` axes. ``network``:
+    ``{"data": AxisNetwork, "model": AxisNetwork}``, the links and hops of each axis derived from the
+    topology (``shardlab.mesh_network(shardlab.target_mesh(target, shape, ("data", "model")))``);
+    each collective then pays its bandwidth and its hop latency; a pass's communication overlaps only
+    that pass's arithmetic. The older form ``data_links=``/``model_links=`` (default 2
+    each) gives the links by hand and leaves the latency out.
 
     Returns ``{"forward": {"compute", "comm", "comm_data", "comm_model"}, "backward": {...},
     "compute", "comm", "time", "bound"}`` in seconds: ``time`` is the sum over the passes of
     ``max(compute, comm)``; ``bound`` is ``"communication"`` if any pass communicates for
     longer than it computes, else ``"compute"``.
     """
-    _links("data_links", data_links)
-    _links("model_links", model_links)
+    net, hop_latency = _network(network, data, model, data_links, model_links)
+    latency = {} if hop_latency is None else {"hop_latency": hop_latency}
     flops = mlp_pass_flops(sizes, data=data, model=model)
     transfers = mlp_transfers(strategy, sizes, data=data, model=model, **options)
+    passes = {phase: (flops[phase], [Traffic(t.bytes_per_device, t.axis, 1, t.kind)
+                                     for t in transfers if t.phase == phase]) for phase in PASSES}
+    t = modelled_passes(passes, chip, net, **latency)
     out: dict = {}
     for phase in PASSES:
-        row = {"compute": step_time(flops[phase], 0, chip)["compute"]}
-        for axis, links in (("data", data_links), ("model", model_links)):
-            nbytes = sum(t.bytes_per_device for t in transfers if t.phase == phase and t.axis == axis)
-            row[f"comm_{axis}"] = step_time(0, nbytes, chip, links=links)["comm"]
-        row["comm"] = max(row["comm_data"], row["comm_model"])
+        row = {"compute": t[phase]["compute"]}
+        for axis in ("data", "model"):
+            row[f"comm_{axis}"] = t[phase]["by_axis"].get(axis, 0.0)
+        row["comm"] = t[phase]["comm"]
         out[phase] = row
-    out["compute"] = sum(out[p]["compute"] for p in PASSES)
-    out["comm"] = sum(out[p]["comm"] for p in PASSES)
-    out["time"] = sum(max(out[p]["compute"], out[p]["comm"]) for p in PASSES)
-    out["bound"] = "communication" if any(out[p]["comm"] > out[p]["compute"] for p in PASSES) else "compute"
+    out.update(compute=t["compute"], comm=t["comm"], time=t["time"], bound=t["bound"])
     return out
 
 
 def compute_bound_from(strategy: str, sizes: MLPSizes, chip, *, vary: str = "batch", data: int = 1,
-                       model: int = 1, data_links: int = 2, model_links: int = 2, **options) -> float:
+                       model: int = 1, network: dict | None = None, data_links: int | None = None,
+                       model_links: int | None = None, **options) -> float:
     """The smallest ``sizes.batch`` (or ``sizes.d_hidden``) from which :func:`step_times` is compute-bound.
 
     ``vary``: ``"batch"`` (the global batch; divide by ``data * model`` for a batch per
-    chip) or ``"d_hidden"``; the other sizes are taken from ``sizes``. Flops grow in
-    proportion to either, modelled bytes by a fixed amount per unit, so each pass and
-    axis is compute-bound from one value on, solved exactly here. Returns ``0.0`` when
-    every value is compute-bound and ``math.inf`` when none is (e.g. tensor
-    parallelism's bytes grow with the batch as fast as its flops). The answer is a real
-    number: a batch or width must also divide evenly over the mesh.
+    chip) or ``"d_hidden"``; the other sizes are taken from ``sizes``; ``network`` (or the
+    older ``data_links``/``model_links``) as for :func:`step_times`. Flops grow in
+    proportion to either, modelled bytes by a fixed amount per unit (the latency is a fixed
+    amount too), so each pass and axis is compute-bound from one value on, solved exactly
+    here. Returns ``0.0`` when every value is compute-bound and ``math.inf`` when none is
+    (e.g. tensor parallelism's bytes grow with the batch as fast as its flops). The answer
+    is a real number: a batch or width must also divide evenly over the mesh.
     """
     if vary not in ("batch", "d_hidden"):
         raise ValueError(f"vary must be 'batch' or 'd_hidden', got {vary!r}")
     unit = data if vary == "batch" else model
-    kwargs = dict(data=data, model=model, data_links=data_links, model_links=model_links, **options)
+    kwargs = dict(data=data, model=model, network=network, data_links=data_links, model_links=model_links,
+                  **options)
     at = [step_times(strategy, _replace(sizes, **{vary: v * unit}), chip, **kwargs) for v in (1, 2)]
     value = 0.0
     for phase in PASSES:

@@ -1,0 +1,397 @@
+"""One time model for the whole book: flops and collectives turned into modelled time on a TPU slice.
+
+Three parts, each from *How to Scale Your Model* (the "scaling book", https://jax-ml.github.io/scaling-book/):
+
+* **Links per mesh axis, from the topology.** A collective over one mesh axis runs in groups of chips
+  (the devices that differ only along that axis). Where a group lies on the chip torus decides how many
+  ICI links each chip sends on at once (:func:`group_network`, :func:`axis_links`):
+
+  - along one torus axis **with wraparound** the group is a closed ring and sends both ways round:
+    **2 links** (the scaling book's *bidirectional* bandwidth, "TPU Networking" and its footnote on
+    bidi bandwidth, https://jax-ml.github.io/scaling-book/tpus/);
+  - along an **open** torus axis (no wraparound link) it is a line: **1 link**, half that bandwidth
+    (same page: smaller slices "with no wraparounds ... typically doubles the time of most
+    communication"; "Sharded Matrices", https://jax-ml.github.io/scaling-book/sharding/, worked
+    all-gather on a v5e 4x4: with no wraparound "we actually can't do a fully bidirectional AllGather");
+  - a group that covers only **part** of a torus axis cannot close a ring: 1 link along it;
+  - a group **spanning several torus axes** gets the **sum** over the axes it spans ("Sharded Matrices",
+    *What happens when we AllGather over multiple axes?*: the available bandwidth grows by the number
+    of axes).
+
+  Which slices have wraparound (:func:`torus_wraparound`, "TPU Networking" on the TPU page): v5e and v6e
+  pods are 16 x 16 tori, and a slice has a wraparound only along an axis of the full 16 chips; v4 and
+  v5p slices made of whole 4 x 4 x 4 cubes (every axis a multiple of 4) have wraparounds on every
+  axis, provided by the optical switches, and smaller ones (2x2x1, 2x2x2, 2x2x4) none.
+
+* **A latency per collective.** "Each hop over an ICI link has some intrinsic overhead regardless of the
+  data volume. This is typically around 1us" ("Sharded Matrices", *A note on ICI latency*):
+  :data:`ICI_HOP_LATENCY`. A collective pays it once per hop of its longest route, the group's
+  diameter on the torus (half the ring with wraparound, end to end on a line, summed over the torus
+  axes spanned), once for an all-gather or a reduce-scatter and twice for an all-reduce (a
+  reduce-scatter, then an all-gather).
+
+* **Time.** :func:`modelled_time` turns a step's flops and its collectives (:class:`Traffic`: bytes one
+  device sends by the ring model, mesh axis, how many collectives) into ``compute = flops / peak``,
+  per axis ``bytes / (links * link_bandwidth) + collectives * passes * hops * ICI_HOP_LATENCY``, and
+  the step's ``overlapped`` and ``serial`` times and its bound. Its assumptions, stated once here:
+  collectives on different mesh axes use different links and overlap each other (a step communicates
+  for the longest axis); communication overlaps the step's arithmetic perfectly in ``overlapped`` and
+  not at all in ``serial``. :func:`modelled_passes` applies it pass by pass (forward, backward): a
+  pass's communication hides only behind that pass's arithmetic, as in the scaling book's training
+  chapter. Published peak figures: real steps are slower. Everything it gives is
+  *modelled*, never measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from shardlab.cost_model import CHIPS, Chip, _chip
+
+__all__ = [
+    "ICI_HOP_LATENCY",
+    "LATENCY_SOURCE",
+    "AxisNetwork",
+    "Traffic",
+    "torus_wraparound",
+    "group_network",
+    "axis_network",
+    "axis_links",
+    "mesh_network",
+    "compiled_traffic",
+    "modelled_time",
+    "modelled_passes",
+]
+
+#: Seconds one hop over an ICI link costs whatever the bytes, "typically around 1us" (:data:`LATENCY_SOURCE`).
+ICI_HOP_LATENCY = 1e-6
+
+#: Where the hop latency comes from.
+LATENCY_SOURCE = ("How to Scale Your Model, 'Sharded Matrices', A note on ICI latency: "
+                  "https://jax-ml.github.io/scaling-book/sharding/")
+
+#: The size of a full v5e/v6e pod axis: only an axis of this many chips has a wraparound link.
+POD_AXIS_2D = 16
+#: v4/v5p cubes: slices of whole cubes (every axis a multiple of this) have wraparounds.
+CUBE_EDGE = 4
+
+#: Passes over the ring each collective kind makes (for the latency term).
+PASSES = {"all-reduce": 2, "all-gather": 1, "reduce-scatter": 1, "all-to-all": 1, "collective-permute": 1}
+
+#: ``device_kind`` strings of TPU devices and the chip of :data:`shardlab.CHIPS` they are.
+DEVICE_KINDS = {"TPU v5 lite": "TPU v5e", "TPU v5e": "TPU v5e", "TPU v6 lite": "TPU v6e", "TPU v6e": "TPU v6e",
+                "TPU v5": "TPU v5p", "TPU v5p": "TPU v5p", "TPU v4": "TPU v4p"}
+
+
+@dataclass(frozen=True)
+class AxisNetwork:
+    """What one mesh axis's collectives travel over: ``links`` per chip at once, ``hops`` of the longest route.
+
+    ``links`` multiplies a chip's one-way link bandwidth (2 for a ring with wraparound, 1 for an open
+    line, summed over the torus axes spanned; 0 for an axis of one chip, which sends nothing).
+    ``hops`` is the group's diameter on the torus, the ICI hops one pass of a collective pays
+    :data:`ICI_HOP_LATENCY` for.
+    """
+
+    links: int
+    hops: int
+
+    def __post_init__(self):
+        for name in ("links", "hops"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"AxisNetwork: {name} must be a non-negative integer, got {value!r}")
+        if (self.links == 0) != (self.hops == 0):
+            raise ValueError(f"AxisNetwork: links and hops are both 0 (one chip) or both positive, "
+                             f"got links={self.links}, hops={self.hops}")
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Collectives of a step on one mesh axis: ``nbytes`` one device sends in all, over ``count`` of ``kind``.
+
+    ``nbytes`` is the ring model's count (:mod:`shardlab.cost_model`); ``axis`` a key of the network
+    given to :func:`modelled_time`; ``count`` how many separate collectives carry it (each pays the
+    latency); ``kind`` one of :data:`PASSES` (an all-reduce pays it twice).
+    """
+
+    nbytes: float
+    axis: object
+    count: int = 1
+    kind: str = "all-reduce"
+
+    def __post_init__(self):
+        if isinstance(self.nbytes, bool) or not isinstance(self.nbytes, (int, float, np.integer, np.floating,
+                                                                         Fraction)) or not self.nbytes >= 0:
+            raise ValueError(f"Traffic: nbytes must be a non-negative number of bytes, got {self.nbytes!r}")
+        if isinstance(self.count, bool) or not isinstance(self.count, (int, np.integer)) or self.count < 0:
+            raise ValueError(f"Traffic: count must be a non-negative integer, got {self.count!r}")
+        if self.kind not in PASSES:
+            raise ValueError(f"Traffic: kind must be one of {', '.join(PASSES)}; got {self.kind!r}")
+        try:
+            hash(self.axis)
+        except TypeError:
+            raise ValueError(f"Traffic: axis must be a mesh axis name (hashable), got {self.axis!r}") from None
+
+
+def _shape(name: str, slice_shape) -> tuple[int, ...]:
+    if not isinstance(slice_shape, (tuple, list)) or not slice_shape or not all(
+            not isinstance(s, bool) and isinstance(s, (int, np.integer)) and s >= 1 for s in slice_shape):
+        raise ValueError(f"{name}: slice_shape must be a tuple of positive integers (chips along each torus "
+                         f"axis), got {slice_shape!r}")
+    return tuple(int(s) for s in slice_shape)
+
+
+def torus_wraparound(chip, slice_shape) -> tuple[bool, ...]:
+    """Which axes of a TPU slice of ``slice_shape`` chips close into a ring (have a wraparound link).
+
+    2-D chips (v5e, v6e; pods of 16 x 16): an axis wraps only when it has the full 16 chips ("smaller
+    topologies can be requested without wraps on dims < 16"; "a TPU v5e 8x16 *will* have a wraparound
+    on the longer axis"). 3-D chips (v4, v5p): the wraparounds come from optical switches that only
+    whole 4 x 4 x 4 cubes have, so every axis wraps when every axis is a multiple of 4 ("Any multiple of
+    a full cube (e.g. 4x4x4 or 4x4x8) will have wraparounds"; "a 2x2x4 won't have any"), none
+    otherwise. Source: the scaling book's TPU page, "TPU Networking",
+    https://jax-ml.github.io/scaling-book/tpus/. An axis of one chip never wraps.
+    """
+    chip = _chip(chip)
+    shape = _shape("torus_wraparound", slice_shape)
+    if chip.torus_dims == 2:
+        if len(shape) == 3 and shape[2] == 1:
+            shape = shape[:2]
+        if len(shape) != 2:
+            raise ValueError(f"torus_wraparound: slice_shape of a {chip.name} slice has 2 axes (or a third "
+                             f"of 1), got {slice_shape!r}")
+        wraps = tuple(s == POD_AXIS_2D for s in shape)
+        return wraps + (False,) * (len(_shape("torus_wraparound", slice_shape)) - 2)
+    if len(shape) != 3:
+        raise ValueError(f"torus_wraparound: slice_shape of a {chip.name} slice has 3 axes, got {slice_shape!r}")
+    cubes = all(s % CUBE_EDGE == 0 for s in shape)
+    return tuple(cubes and s > 1 for s in shape)
+
+
+def group_network(coords, slice_shape, wraparound) -> AxisNetwork:
+    """Links and hops of one group of chips, from their coordinates on the torus (pure: no JAX needed).
+
+    ``coords``: one tuple per device (chip coordinates; devices on one chip repeat them);
+    ``slice_shape``: chips along each torus axis; ``wraparound``: which of those axes wrap
+    (:func:`torus_wraparound`). Along each torus axis the group takes ``k`` distinct coordinates:
+    ``k == 1``: not spanned; all of a wrapping axis: a bidirectional ring, 2 links and
+    ``size // 2`` hops; otherwise (an open axis, or part of any axis): a line, 1 link and
+    ``max - min`` hops. Links and hops add over the axes spanned (module docstring: sources).
+    A group is taken to be a block of the torus, as ``jax.make_mesh`` lays groups out; a group of
+    scattered chips is given the links and hops of its bounding box.
+    """
+    shape = _shape("group_network", slice_shape)
+    if not isinstance(wraparound, (tuple, list)) or len(wraparound) != len(shape) \
+            or not all(isinstance(w, (bool, np.bool_)) for w in wraparound):
+        raise ValueError(f"group_network: wraparound must be a tuple of {len(shape)} booleans (one per torus "
+                         f"axis), got {wraparound!r}")
+    try:
+        points = np.array([tuple(c) for c in coords], dtype=object)
+    except TypeError:
+        raise ValueError(f"group_network: coords must be a sequence of coordinate tuples, got {coords!r}") \
+            from None
+    if points.ndim != 2 or points.shape[0] == 0 or points.shape[1] != len(shape) or not all(
+            not isinstance(v, bool) and isinstance(v, (int, np.integer)) and 0 <= v < shape[i]
+            for row in points for i, v in enumerate(row)):
+        raise ValueError(f"group_network: coords must be a non-empty sequence of {len(shape)}-tuples of integers "
+                         f"within slice_shape {shape}, got {coords!r}")
+    links = hops = 0
+    for i, size in enumerate(shape):
+        values = sorted({int(v) for v in points[:, i]})
+        if len(values) == 1:
+            continue
+        if wraparound[i] and len(values) == size:
+            links, hops = links + 2, hops + size // 2
+        else:
+            links, hops = links + 1, hops + values[-1] - values[0]
+    return AxisNetwork(links, hops)
+
+
+def _mesh_devices(mesh) -> np.ndarray:
+    devices = getattr(mesh, "devices", None)
+    names = getattr(mesh, "axis_names", None)
+    if not isinstance(devices, np.ndarray) or names is None:
+        raise ValueError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+    if not all(getattr(d, "coords", None) is not None for d in devices.flat):
+        raise ValueError("mesh: its devices carry no chip coordinates (not TPU devices): links cannot be "
+                         "read from the topology; use a mesh of shardlab.target_mesh on a TPU target")
+    return devices
+
+
+def _slice_and_chip(devices: np.ndarray, slice_shape):
+    kinds = {d.device_kind for d in devices.flat}
+    if len(kinds) != 1 or next(iter(kinds)) not in DEVICE_KINDS:
+        raise ValueError(f"mesh: its devices must be TPU chips of one kind among {sorted(DEVICE_KINDS)}, "
+                         f"got {sorted(kinds)}")
+    chip = CHIPS[DEVICE_KINDS[next(iter(kinds))]]
+    coords = np.array([tuple(d.coords) for d in devices.flat])
+    if slice_shape is None:
+        slice_shape = tuple(int(m) + 1 for m in coords.max(axis=0))
+    shape = _shape("axis_network", slice_shape)
+    return chip, shape, torus_wraparound(chip, shape)
+
+
+def _axes(mesh, axis) -> tuple[str, ...]:
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    if not axes or not all(a in mesh.axis_names for a in axes) or len(set(axes)) != len(axes):
+        raise ValueError(f"axis must be one of the mesh's axes {tuple(mesh.axis_names)} (or a tuple of them), "
+                         f"got {axis!r}")
+    return axes
+
+
+def axis_network(mesh, axis, *, slice_shape=None) -> AxisNetwork:
+    """The :class:`AxisNetwork` of a mesh axis (or tuple of axes) of a TPU mesh, read from its devices' coords.
+
+    Every group along ``axis`` (the devices that differ only along it) is measured with
+    :func:`group_network`; the axis gets the fewest links and the most hops of its groups (the
+    slowest group sets the collective's time). ``slice_shape`` defaults to the extent of the mesh's
+    devices' coordinates (the whole slice, for a mesh of :func:`shardlab.target_mesh`); the
+    wraparounds follow from it and the chip (:func:`torus_wraparound`).
+    """
+    devices = _mesh_devices(mesh)
+    axes = _axes(mesh, axis)
+    _, shape, wraps = _slice_and_chip(devices, slice_shape)
+    names = list(mesh.axis_names)
+    moved = np.moveaxis(devices, [names.index(a) for a in axes], range(-len(axes), 0))
+    groups = moved.reshape(-1, math.prod(moved.shape[-len(axes):]))
+    return _worst(group_network([tuple(d.coords) for d in g], shape, wraps) for g in groups)
+
+
+def _worst(networks) -> AxisNetwork:
+    networks = list(networks)
+    return AxisNetwork(min(n.links for n in networks), max(n.hops for n in networks))
+
+
+def axis_links(mesh, axis, *, slice_shape=None) -> int:
+    """ICI links each chip sends on at once in a collective over ``axis``: ``axis_network(...).links``."""
+    return axis_network(mesh, axis, slice_shape=slice_shape).links
+
+
+def mesh_network(mesh, *, slice_shape=None) -> dict:
+    """``{axis: AxisNetwork}`` for every axis of a TPU mesh (:func:`axis_network`)."""
+    _mesh_devices(mesh)
+    return {a: axis_network(mesh, a, slice_shape=slice_shape) for a in mesh.axis_names}
+
+
+def compiled_traffic(report, mesh, *, slice_shape=None) -> tuple[list, dict]:
+    """The collectives of a compiled program as :class:`Traffic`, with the network each one uses.
+
+    ``report``: a :class:`~shardlab.CollectiveReport` of a program compiled over ``mesh`` (e.g.
+    ``shardlab.compile_for(...).collectives``). Each collective is labelled by the mesh axes whose
+    groups are its groups (a tuple, e.g. ``("data",)`` or ``("data", "model")``), or, if none match
+    (a collective-permute's pairs, say), by its kind, with the network of its own groups. Returns
+    ``(traffic, network)``, ready for :func:`modelled_time`.
+    """
+    from itertools import combinations
+
+    devices = _mesh_devices(mesh)
+    _, shape, wraps = _slice_and_chip(devices, slice_shape)
+    if not hasattr(report, "device_groups"):
+        raise ValueError(f"report must be a CollectiveReport, got {type(report).__name__}")
+    by_id = {d.id: d for d in devices.flat}
+    names = list(mesh.axis_names)
+    partitions = {}
+    for r in range(1, len(names) + 1):
+        for axes in combinations(names, r):
+            moved = np.moveaxis(devices, [names.index(a) for a in axes], range(-r, 0))
+            groups = moved.reshape(-1, math.prod(moved.shape[-r:]))
+            partitions[frozenset(frozenset(d.id for d in g) for g in groups)] = axes
+    traffic, network = [], {}
+    for c in report:
+        groups = report.device_groups(c)
+        if not all(i in by_id for g in groups for i in g):
+            raise ValueError("report: its devices are not the mesh's devices")
+        moving = [g for g in groups if len(set(g)) > 1]
+        key = frozenset(frozenset(g) for g in groups)
+        label = partitions.get(key) if c.kind != "collective-permute" else None
+        if label is None:
+            label = c.kind
+            net = _worst(group_network([tuple(by_id[i].coords) for i in g], shape, wraps)
+                         for g in moving) if moving else AxisNetwork(0, 0)
+        else:
+            net = axis_network(mesh, label, slice_shape=shape)
+        if label in network and network[label] != net:
+            net = _worst([network[label], net])
+        network[label] = net
+        traffic.append(Traffic(c.bytes_per_device, label, 1, c.kind))
+    return traffic, network
+
+
+def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP_LATENCY) -> dict:
+    """Modelled time of a step on one chip: compute, communication per axis, overlapped, serial, bound.
+
+    ``flops``: floating-point operations one chip performs; ``traffic``: :class:`Traffic` items (or
+    ``(nbytes, axis, count[, kind])`` tuples); ``chip``: a :class:`~shardlab.Chip` or a name of
+    :data:`shardlab.CHIPS`; ``network``: ``{axis: AxisNetwork}`` (:func:`mesh_network`, or built by
+    hand). Per axis ``comm = nbytes / (links * link_bandwidth) + count * passes * hops * hop_latency``
+    (passes: 2 for an all-reduce, else 1). Returns, in seconds::
+
+        {"compute": flops / peak, "comm": the longest axis, "latency": that axis's latency part,
+         "by_axis": {axis: comm}, "overlapped": max(compute, comm), "serial": compute + comm,
+         "bound": "communication" if comm > compute else "compute"}
+
+    Collectives on different axes overlap each other; see the module docstring for every assumption.
+    """
+    chip = _chip(chip)
+    if isinstance(flops, bool) or not isinstance(flops, (int, float, np.integer, np.floating, Fraction)) \
+            or not flops >= 0:
+        raise ValueError(f"modelled_time: flops must be a non-negative number, got {flops!r}")
+    if not isinstance(network, dict) or not all(isinstance(v, AxisNetwork) for v in network.values()):
+        raise ValueError(f"modelled_time: network must be a dict {{axis: AxisNetwork}}, got {network!r}")
+    if isinstance(hop_latency, bool) or not isinstance(hop_latency, (int, float)) or not hop_latency >= 0:
+        raise ValueError(f"modelled_time: hop_latency must be a non-negative number of seconds, "
+                         f"got {hop_latency!r}")
+    if isinstance(traffic, (Traffic, str, bytes)) or not hasattr(traffic, "__iter__"):
+        raise ValueError(f"modelled_time: traffic must be a list of Traffic, got {traffic!r}")
+    items = [t if isinstance(t, Traffic) else Traffic(*t) for t in traffic]
+    bandwidth, latency = {}, {}
+    for t in items:
+        if t.axis not in network:
+            raise ValueError(f"modelled_time: traffic names axis {t.axis!r}, which network has no entry for "
+                             f"(it has {list(network)})")
+        net = network[t.axis]
+        if net.links > chip.links:
+            raise ValueError(f"modelled_time: network gives axis {t.axis!r} {net.links} links, more than a "
+                             f"{chip.name} chip has ({chip.links})")
+        if t.nbytes == 0 and net.links == 0:
+            continue
+        if net.links == 0:
+            raise ValueError(f"modelled_time: traffic sends {t.nbytes} bytes over axis {t.axis!r}, whose "
+                             f"network has no links (one chip)")
+        bandwidth[t.axis] = bandwidth.get(t.axis, 0.0) + float(t.nbytes) / (net.links * chip.link_bandwidth)
+        latency[t.axis] = latency.get(t.axis, 0.0) + t.count * PASSES[t.kind] * net.hops * hop_latency
+    by_axis = {a: bandwidth[a] + latency[a] for a in bandwidth}
+    slowest = max(by_axis, key=by_axis.get) if by_axis else None
+    compute = float(flops) / chip.peak_flops
+    comm = by_axis[slowest] if by_axis else 0.0
+    return {"compute": compute, "comm": comm, "latency": latency[slowest] if by_axis else 0.0,
+            "by_axis": by_axis, "overlapped": max(compute, comm), "serial": compute + comm,
+            "bound": "communication" if comm > compute else "compute"}
+
+
+def modelled_passes(passes: dict, chip, network, *, hop_latency: float = ICI_HOP_LATENCY) -> dict:
+    """:func:`modelled_time` pass by pass: ``passes`` is ``{name: (flops, traffic)}`` (e.g. forward, backward).
+
+    A pass's communication hides only behind that pass's arithmetic. Returns ``{name: modelled_time(...)
+    for each pass, "compute": sum, "comm": sum, "time": sum of each pass's overlapped time, "serial":
+    sum of each pass's serial time, "bound": "communication" if any pass communicates for longer than
+    it computes, else "compute"}``, in seconds.
+    """
+    if not isinstance(passes, dict) or not passes or not all(
+            isinstance(v, (tuple, list)) and len(v) == 2 for v in passes.values()):
+        raise ValueError(f"modelled_passes: passes must be a non-empty dict {{name: (flops, traffic)}}, "
+                         f"got {passes!r}")
+    out: dict = {name: modelled_time(flops, traffic, chip, network, hop_latency=hop_latency)
+                 for name, (flops, traffic) in passes.items()}
+    rows = [out[name] for name in passes]
+    out["compute"] = sum(r["compute"] for r in rows)
+    out["comm"] = sum(r["comm"] for r in rows)
+    out["time"] = sum(r["overlapped"] for r in rows)
+    out["serial"] = sum(r["serial"] for r in rows)
+    out["bound"] = "communication" if any(r["comm"] > r["compute"] for r in rows) else "compute"
+    return out

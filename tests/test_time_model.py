@@ -1,0 +1,293 @@
+"""The book's one time model: links and hops per mesh axis from the topology, latency, modelled time.
+
+References are independent of the code under test: coordinate groups built by hand, the scaling book's
+statements about wraparound (https://jax-ml.github.io/scaling-book/tpus/, "TPU Networking"), the device
+descriptions libtpu gives for real slices, and times worked out by hand.
+"""
+
+import importlib.util
+import itertools
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import shardlab
+from shardlab.cost_model import CHIPS, Chip, step_time
+from shardlab.strategies import MLPSizes, compute_bound_from, mlp_pass_flops, step_times
+from shardlab.time_model import (ICI_HOP_LATENCY, LATENCY_SOURCE, AxisNetwork, Traffic, axis_links,
+                                 axis_network, compiled_traffic, group_network, mesh_network, modelled_passes, modelled_time,
+                                 torus_wraparound)
+
+DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
+
+# Decided here, not by the code under test: libtpu is the package that describes TPU slices.
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu is not installed")
+
+# A chip with round numbers: 1e12 flops/s, 1e9 bytes/s per link each way, a 2-D torus (4 links).
+ROUND = Chip("round", peak_flops=1e12, hbm_bytes=1e9, hbm_bandwidth=1e11, link_bandwidth=1e9, torus_dims=2)
+
+
+def line(n, axis=0, dims=2, fixed=0):
+    """Chips 0..n-1 along one torus axis, the other coordinates at `fixed`."""
+    return [tuple(i if d == axis else fixed for d in range(dims)) for i in range(n)]
+
+
+# --- links and hops of hand-built groups -------------------------------------------------------------
+
+
+def test_ring_with_wraparound_sends_both_ways():
+    assert group_network(line(16), (16, 16), (True, True)) == AxisNetwork(links=2, hops=8)
+    assert group_network(line(4, dims=3), (4, 4, 4), (True,) * 3) == AxisNetwork(2, 2)
+
+
+def test_open_line_sends_one_way_and_crosses_end_to_end():
+    assert group_network(line(4), (4, 4), (False, False)) == AxisNetwork(links=1, hops=3)
+    # The same 16 chips without wraparound: a line, 15 hops end to end.
+    assert group_network(line(16), (16, 16), (False, False)) == AxisNetwork(1, 15)
+
+
+def test_partial_axis_has_no_wraparound():
+    assert group_network(line(8), (16, 16), (True, True)) == AxisNetwork(links=1, hops=7)
+    # Two chips half a ring apart: a line of 8 hops.
+    assert group_network([(0, 0), (8, 0)], (16, 16), (True, True)) == AxisNetwork(1, 8)
+
+
+def test_spanning_several_axes_adds_them():
+    whole = list(itertools.product(range(16), range(16)))
+    assert group_network(whole, (16, 16), (True, True)) == AxisNetwork(links=4, hops=16)
+    square = list(itertools.product(range(2), range(2)))
+    assert group_network(square, (2, 4), (False, False)) == AxisNetwork(2, 2)
+    mixed = list(itertools.product(range(16), range(8)))   # a full wrapping axis and half of another
+    assert group_network(mixed, (16, 16), (True, True)) == AxisNetwork(2 + 1, 8 + 7)
+    cube = list(itertools.product(range(4), repeat=3))
+    assert group_network(cube, (4, 4, 4), (True,) * 3) == AxisNetwork(6, 6)
+
+
+def test_one_chip_has_no_links_even_with_two_cores():
+    assert group_network([(3, 1), (3, 1)], (16, 16), (True, True)) == AxisNetwork(0, 0)
+
+
+def test_wraparound_follows_the_scaling_book():
+    v5e, v6e, v5p, v4 = (CHIPS[n] for n in ("TPU v5e", "TPU v6e", "TPU v5p", "TPU v4p"))
+    # "smaller topologies can be requested without wraps on dims < 16"; "a TPU v5e 8x16 will have a
+    # wraparound on the longer axis".
+    assert torus_wraparound(v5e, (16, 16)) == (True, True)
+    assert torus_wraparound(v5e, (8, 16)) == (False, True)
+    assert torus_wraparound(v6e, (2, 4)) == (False, False)
+    assert torus_wraparound(v5e, (2, 4, 1)) == (False, False, False)
+    # "Any multiple of a full cube (e.g. 4x4x4 or 4x4x8) will have wraparounds"; "a 2x2x4 won't have any".
+    assert torus_wraparound(v5p, (4, 4, 4)) == (True, True, True)
+    assert torus_wraparound(v4, (4, 4, 8)) == (True, True, True)
+    assert torus_wraparound(v5p, (2, 2, 4)) == (False, False, False)
+    assert torus_wraparound("TPU v5p", (2, 2, 2)) == (False, False, False)
+
+
+def test_bad_groups_are_refused_naming_the_argument():
+    with pytest.raises(ValueError, match="slice_shape"):
+        group_network(line(4), (4, 0), (False, False))
+    with pytest.raises(ValueError, match="wraparound"):
+        group_network(line(4), (4, 4), (False,))
+    with pytest.raises(ValueError, match="coords"):
+        group_network([(0, 0), (4, 0)], (4, 4), (False, False))     # outside the slice
+    with pytest.raises(ValueError, match="coords"):
+        group_network([], (4, 4), (False, False))
+    with pytest.raises(ValueError, match="coords"):
+        group_network([(0, 0, 0)], (4, 4), (False, False))
+    with pytest.raises(ValueError, match="slice_shape"):
+        torus_wraparound("TPU v5p", (4, 4))
+    with pytest.raises(ValueError, match="chip"):
+        torus_wraparound("TPU v9", (4, 4))
+    with pytest.raises(ValueError, match="links"):
+        AxisNetwork(-1, 2)
+    with pytest.raises(ValueError, match="links and hops"):
+        AxisNetwork(2, 0)
+
+
+def test_a_mesh_without_chip_coordinates_is_refused():
+    mesh = jax.make_mesh((2, 4), ("data", "model"), devices=DEVICES)
+    with pytest.raises(ValueError, match="mesh"):
+        axis_links(mesh, "data")
+    with pytest.raises(ValueError, match="mesh"):
+        mesh_network("not a mesh")
+
+
+# --- links and hops of real slices, from libtpu's device descriptions ---------------------------------
+
+
+@needs_libtpu
+def test_v5e_8_has_no_wraparound():
+    # A 2 x 4 board, no axis of 16: every axis is open. The 8-chip axis spans both torus axes (1 + 1 links,
+    # 1 + 3 hops); each group of 4 of a (2, 4) mesh is a 2 x 2 square (1 + 1 links, 1 + 1 hops).
+    devices = shardlab.target_devices("v5e-8")
+    assert {tuple(d.coords) for d in devices} == set(itertools.product(range(2), range(4), range(1)))
+    assert axis_network(shardlab.target_mesh("v5e-8", (8,), ("data",)), "data") == AxisNetwork(2, 4)
+    mesh = shardlab.target_mesh("v5e-8", (2, 4), ("data", "model"))
+    groups = {frozenset(tuple(d.coords[:2]) for d in row) for row in mesh.devices}
+    assert all(len({c[0] for c in g}) == 2 and len({c[1] for c in g}) == 2 for g in groups)
+    assert axis_links(mesh, "model") == 2
+    assert mesh_network(mesh)["model"] == AxisNetwork(2, 2)
+
+
+@needs_libtpu
+def test_v5e_256_rings_and_their_sums():
+    pod = shardlab.target_mesh("v5e-256", (16, 16), ("data", "model"))
+    for axis in ("data", "model"):      # each group is one full torus axis of 16: a ring, 8 hops
+        assert axis_network(pod, axis) == AxisNetwork(2, 8)
+    whole = shardlab.target_mesh("v5e-256", (256,), ("data",))
+    assert axis_network(whole, "data") == AxisNetwork(4, 16)
+    assert axis_network(pod, ("data", "model")) == AxisNetwork(4, 16)
+    # (2, 128): the 128-chip groups hold 16 x 8 chips (a ring and half an axis), the pairs are 8 apart.
+    halves = shardlab.target_mesh("v5e-256", (2, 128), ("data", "model"))
+    assert {tuple(d.coords[:2]) for d in halves.devices[:, 0]} == {(0, 0), (0, 8)}
+    assert mesh_network(halves) == {"data": AxisNetwork(1, 8), "model": AxisNetwork(3, 15)}
+
+
+@needs_libtpu
+def test_v5p_128_is_a_cube_with_wraparounds():
+    cube = shardlab.target_mesh("v5p-128", (64,), ("data",))
+    assert axis_network(cube, "data") == AxisNetwork(6, 6)
+    small = shardlab.target_mesh("v5p-16", (8,), ("data",))       # 2 x 2 x 2: no wraparound
+    assert axis_network(small, "data") == AxisNetwork(3, 3)
+
+
+@needs_libtpu
+def test_compiled_collectives_are_labelled_by_their_mesh_axes():
+    mesh = shardlab.target_mesh("v5e-256", (16, 16), ("data", "model"))
+    x = jax.ShapeDtypeStruct((256, 1024), jnp.bfloat16, sharding=NamedSharding(mesh, P("data", "model")))
+    w = jax.ShapeDtypeStruct((1024, 512), jnp.bfloat16, sharding=NamedSharding(mesh, P("model", None)))
+    f = jax.jit(lambda x, w: x @ w, out_shardings=NamedSharding(mesh, P("data", None)))
+    prog = shardlab.compile_for(f, x, w)
+    traffic, network = compiled_traffic(prog.collectives, mesh)
+    assert [(t.axis, t.kind) for t in traffic] == [(("model",), "all-reduce")]
+    assert network == {("model",): AxisNetwork(2, 8)}
+    # The (16, 512) bfloat16 partial product, all-reduced over 16: 2 * 15/16 of 16 KiB.
+    assert traffic[0].nbytes == 2 * 15 * 16 * 512 * 2 // 16
+    with pytest.raises(ValueError, match="report"):
+        compiled_traffic("no report", mesh)
+
+
+# --- modelled time, by hand --------------------------------------------------------------------------
+
+
+def test_modelled_time_by_hand():
+    net = {"data": AxisNetwork(2, 8), "model": AxisNetwork(1, 3)}
+    traffic = [Traffic(4e6, "data", 3, "all-reduce"),       # 4e6 / 2e9 s + 3 * 2 passes * 8 hops * 1 us
+               (1e6, "model", 35, "all-gather")]             # 1e6 / 1e9 s + 35 * 1 pass * 3 hops * 1 us
+    t = modelled_time(1e9, traffic, ROUND, net)
+    data, model = 2e-3 + 48e-6, 1e-3 + 105e-6
+    assert t["compute"] == pytest.approx(1e-3, rel=1e-12)
+    assert t["by_axis"] == pytest.approx({"data": data, "model": model}, rel=1e-12)
+    assert t["comm"] == pytest.approx(data, rel=1e-12) and t["latency"] == pytest.approx(48e-6, rel=1e-12)
+    assert t["overlapped"] == pytest.approx(data, rel=1e-12)
+    assert t["serial"] == pytest.approx(1e-3 + data, rel=1e-12)
+    assert t["bound"] == "communication"
+    # The other side: without the latency the data axis would be 2.4 % shorter, far outside rel 1e-12.
+    assert t["comm"] != pytest.approx(2e-3, rel=1e-12)
+    assert ICI_HOP_LATENCY == 1e-6 and "scaling-book/sharding" in LATENCY_SOURCE
+
+
+def test_many_small_collectives_are_not_free():
+    # 35 all-reduces of 1 KiB over a ring of 16 v5e chips: the bytes take under a microsecond, the
+    # latency 35 * 2 * 8 us = 560 us.
+    v5e = CHIPS["TPU v5e"]
+    t = modelled_time(0, [Traffic(35 * 2 * 15 / 16 * 1024, "model", 35)], v5e, {"model": AxisNetwork(2, 8)})
+    assert t["latency"] == pytest.approx(560e-6, rel=1e-9)
+    assert t["comm"] - t["latency"] == pytest.approx(35 * 1920 / 9e10, rel=1e-9)
+    assert t["bound"] == "communication"
+
+
+def test_compute_bound_when_communication_is_shorter():
+    t = modelled_time(1e10, [Traffic(1e6, "data")], ROUND, {"data": AxisNetwork(2, 1)})
+    assert t["bound"] == "compute" and t["overlapped"] == t["compute"] == pytest.approx(1e-2, rel=1e-12)
+
+
+def test_modelled_time_refuses_bad_input_naming_the_argument():
+    net = {"data": AxisNetwork(2, 8)}
+    with pytest.raises(ValueError, match="flops"):
+        modelled_time(-1, [], ROUND, net)
+    with pytest.raises(ValueError, match="network"):
+        modelled_time(1, [Traffic(1, "data")], ROUND, {"data": 2})
+    with pytest.raises(ValueError, match="network has no entry"):
+        modelled_time(1, [Traffic(1, "model")], ROUND, net)
+    with pytest.raises(ValueError, match="more than a round chip has"):
+        modelled_time(1, [Traffic(1, "data")], ROUND, {"data": AxisNetwork(6, 6)})
+    with pytest.raises(ValueError, match="no links"):
+        modelled_time(1, [Traffic(1, "data")], ROUND, {"data": AxisNetwork(0, 0)})
+    with pytest.raises(ValueError, match="traffic"):
+        modelled_time(1, Traffic(1, "data"), ROUND, net)
+    with pytest.raises(ValueError, match="chip"):
+        modelled_time(1, [], "TPU v9", net)
+    with pytest.raises(ValueError, match="kind"):
+        Traffic(1, "data", 1, "broadcast")
+    with pytest.raises(ValueError, match="count"):
+        Traffic(1, "data", -1)
+    with pytest.raises(ValueError, match="nbytes"):
+        Traffic(-5, "data")
+
+
+# --- the older entry points are uses of the same model ------------------------------------------------
+
+
+def test_step_time_is_modelled_time_on_one_axis():
+    t = step_time(2e9, 3e6, ROUND, links=2)
+    assert t.pop("bound") == "compute"
+    assert t == pytest.approx({"compute": 2e-3, "comm": 1.5e-3, "overlapped": 2e-3, "serial": 3.5e-3},
+                              rel=1e-12)
+    # With latency: 10 collectives of 8 hops add 80 us.
+    lat = step_time(2e9, 3e6, ROUND, links=2, collectives=10, hops=8)
+    assert lat["comm"] == pytest.approx(1.5e-3 + 80e-6, rel=1e-12)
+    assert lat["comm"] != pytest.approx(1.5e-3, rel=1e-6)
+    with pytest.raises(ValueError, match="hops"):
+        step_time(1, 1, ROUND, hops=-1)
+
+
+def test_step_times_with_a_network_adds_the_latency_of_each_collective():
+    big = MLPSizes(batch=64, d_model=8, d_hidden=32, layers=2, itemsize=2)
+    net = {"data": AxisNetwork(2, 4)}
+    t = step_times("dp", big, ROUND, data=8, network=net)
+    flops = mlp_pass_flops(big, data=8)
+    grads = 2 * 7 / 8 * big.param_bytes
+    loss = 2 * 7 / 8 * 4
+    # One all-reduce per pass (the loss forward, the gradients backward), 2 passes of 4 hops each.
+    assert t["forward"]["compute"] == pytest.approx(flops["forward"] / 1e12, rel=1e-12)
+    assert t["forward"]["comm"] == pytest.approx(loss / 2e9 + 8e-6, rel=1e-12)
+    assert t["backward"]["comm"] == pytest.approx(grads / 2e9 + 8e-6, rel=1e-12)
+    assert t["backward"]["comm_model"] == 0
+    # The older form (links by hand) has no latency.
+    old = step_times("dp", big, ROUND, data=8, data_links=2)
+    assert old["backward"]["comm"] == pytest.approx(grads / 2e9, rel=1e-12)
+    assert compute_bound_from("dp", big, ROUND, data=8, network=net) > \
+        compute_bound_from("dp", big, ROUND, data=8, data_links=2)
+    with pytest.raises(ValueError, match="network"):
+        step_times("dp", big, ROUND, data=8, network=net, data_links=2)
+    with pytest.raises(ValueError, match="network has no entry"):
+        step_times("tp", big, ROUND, model=4, network=net)
+
+
+@needs_libtpu
+def test_pod_layout_through_step_times_equals_modelled_time():
+    # DP over a whole v5e pod: one call of the model per pass, links and hops from libtpu's coordinates.
+    v5e = CHIPS["TPU v5e"]
+    sizes = MLPSizes(batch=256 * 1024, d_model=4096, d_hidden=4 * 4096, layers=1, itemsize=2)
+    net = mesh_network(shardlab.target_mesh("v5e-256", (256,), ("data",)))
+    t = step_times("dp", sizes, v5e, data=256, network=net)
+    grads = 2 * 255 / 256 * sizes.param_bytes
+    assert t["backward"]["comm"] == pytest.approx(grads / (4 * 4.5e10) + 2 * 16e-6, rel=1e-9)
+
+
+def test_modelled_passes_hides_each_pass_behind_its_own_arithmetic():
+    net = {"data": AxisNetwork(2, 8)}
+    # Forward: 1 ms of compute, 0.5 ms + 16 us of comm; backward: 1 ms of compute, 3 ms + 16 us of comm.
+    t = modelled_passes({"forward": (1e9, [Traffic(1e6, "data")]), "backward": (1e9, [Traffic(6e6, "data")])},
+                        ROUND, net)
+    assert t["forward"]["overlapped"] == pytest.approx(1e-3, rel=1e-12)
+    assert t["time"] == pytest.approx(1e-3 + 3e-3 + 16e-6, rel=1e-12)
+    # One window for the whole step would hide more: 2 ms of compute against 3.5 ms + 32 us.
+    whole = modelled_time(2e9, [Traffic(7e6, "data", 2)], ROUND, net)
+    assert whole["overlapped"] == pytest.approx(3.5e-3 + 32e-6, rel=1e-12)
+    assert whole["overlapped"] < t["time"]
+    assert t["comm"] == pytest.approx(whole["comm"], rel=1e-12) and t["bound"] == "communication"
+    with pytest.raises(ValueError, match="passes"):
+        modelled_passes({}, ROUND, net)
