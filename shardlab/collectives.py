@@ -532,27 +532,58 @@ def _span(frame: _Frame, gap: float) -> float:
 _GAP = 0.25  # between pieces of a buffer
 
 
-def _draw_frame(fig, frame: _Frame, device_ids, title: str, span: float) -> None:
+# Text sizes in points as displayed (a figure wider than the page's column draws them larger, by
+# display.text_scale, so that they are these sizes where the page shows them).
+_TITLE_PT, _CAPTION_PT, _DEVICE_PT, _VALUE_PT = 11.0, 9.5, 10.0, 9.0
+_LINE = 1.3          # line height over font size
+_CHAR_W = 0.6        # a character's average width over its font size (DejaVu Sans)
+_ROW_IN = 0.4        # height of a device's row, in inches as displayed
+_MAX_W_IN = 7.0      # the widest figure drawn by default: within the column, so text is not shrunk
+
+
+def _wrap(text: str, width_in: float, pt: float) -> str:
+    """``text`` broken into lines that fit ``width_in`` inches at ``pt`` points."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, max(10, int(width_in * 72 / (_CHAR_W * pt)))))
+
+
+def _draw_frame(fig, frame: _Frame, device_ids, title: str, span: float, captions=None) -> None:
+    """Draw one frame on ``fig``: the title (wrapped to the figure), a row of cells per device, the
+    caption (wrapped); ``captions``: every caption of the figure's frames, so that each frame places its
+    rows the same way. Text is at least 9 pt as the page displays the figure."""
     from matplotlib.patches import Rectangle
 
+    from shardlab.display import text_scale
     from shardlab.draw import device_color
 
     n, cells = frame.values.shape
     gap = _GAP
-    ax = fig.add_axes((0.12, 0.14, 0.86, 0.72))
+    W, H = fig.get_size_inches()
+    k = text_scale(fig)
+    lines = lambda s: s.count("\n") + 1  # noqa: E731
+    title_text = _wrap(title, W / k - 0.2, _TITLE_PT)
+    caption_text = _wrap(frame.caption, W / k - 0.2, _CAPTION_PT)
+    caption_lines = max(lines(_wrap(c, W / k - 0.2, _CAPTION_PT)) for c in (captions or [frame.caption]))
+    top_in = (0.08 + lines(title_text) * _TITLE_PT * _LINE / 72 + 0.08) * k
+    bottom_in = (0.06 + caption_lines * _CAPTION_PT * _LINE / 72 + 0.1) * k
+    label_in = (max(len(f"device {d}") for d in device_ids) * _CHAR_W * _DEVICE_PT / 72 + 0.15) * k
+    left, right = min(0.45, label_in / W), 0.1 / W
+    bottom, height = bottom_in / H, max(0.1, 1 - (top_in + bottom_in) / H)
+    ax = fig.add_axes((left, bottom, 1 - left - right, height))
     ax.set_xlim(-0.1, span + 0.1)
     ax.set_ylim(n - 0.05, -0.25)
     ax.set_axis_off()
-    # Text sized to the cells: a cell is (figure width * 0.86 / span) wide, (height * 0.72 / n) tall.
-    cell_w = fig.get_figwidth() * 0.86 / max(span, 1) * 72
-    cell_h = fig.get_figheight() * 0.72 / (n + 0.2) * 72
-    font = max(5.0, min(11.0, cell_w * 0.3, cell_h * 0.45))
+    # Value text sized to the cells as displayed (a cell is 0.92 of its slot wide, 0.72 tall), at least 9 pt.
+    cell_w = W * (1 - left - right) / (span + 0.2) * 72 / k
+    cell_h = H * height / (n + 0.2) * 72 / k
+    font = k * max(_VALUE_PT, min(11.0, cell_w * 0.4, cell_h * 0.45))
     for p in range(n):
-        ax.text(-0.25, p + 0.4, f"device {device_ids[p]}", ha="right", va="center", fontsize=font + 1,
+        ax.text(-0.25, p + 0.4, f"device {device_ids[p]}", ha="right", va="center", fontsize=_DEVICE_PT * k,
                 color=device_color(device_ids[p]), fontweight="bold")
-        for k in range(cells):
-            x0 = k + gap * (k // max(frame.chunk, 1))
-            v, mask = frame.values[p, k], int(frame.origins[p, k])
+        for c in range(cells):
+            x0 = c + gap * (c // max(frame.chunk, 1))
+            v, mask = frame.values[p, c], int(frame.origins[p, c])
             who = [q for q in range(n) if mask >> q & 1]
             if not who or np.isnan(v):
                 ax.add_patch(Rectangle((x0 + 0.04, p + 0.04), 0.92, 0.72, fc="#e6e6e6", ec="#a8a8a8",
@@ -563,12 +594,14 @@ def _draw_frame(fig, frame: _Frame, device_ids, title: str, span: float) -> None
                 ax.add_patch(Rectangle((x0 + 0.04 + j * w, p + 0.04), w, 0.72, color=device_color(device_ids[q]),
                                        lw=0))
             ax.add_patch(Rectangle((x0 + 0.04, p + 0.04), 0.92, 0.72, fill=False,
-                                   ec="black" if frame.changed[p, k] else "#666666",
-                                   lw=2.0 if frame.changed[p, k] else 0.6))
+                                   ec="black" if frame.changed[p, c] else "#666666",
+                                   lw=2.0 if frame.changed[p, c] else 0.6))
             ax.text(x0 + 0.5, p + 0.4, _fmt_value(v), ha="center", va="center", fontsize=font,
                     bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
-    fig.text(0.5, 0.96, title, ha="center", va="top", fontsize=11, fontweight="bold")
-    fig.text(0.5, 0.04, frame.caption, ha="center", va="bottom", fontsize=9.5, wrap=True)
+    fig.text(0.5, 1 - 0.08 * k / H, title_text, ha="center", va="top", fontsize=_TITLE_PT * k,
+             fontweight="bold", linespacing=_LINE)
+    fig.text(0.5, 0.06 * k / H + (caption_lines - lines(caption_text)) * _CAPTION_PT * _LINE / 72 * k / H,
+             caption_text, ha="center", va="bottom", fontsize=_CAPTION_PT * k, linespacing=_LINE)
 
 
 def _title(kind: str, n: int, axis: str, ring: bool) -> str:
@@ -592,9 +625,16 @@ def _frames(kind, devices, ring, kwargs, func):
     return data, _frames_of_run(data), _title(kind, data.n, data.axis_name, False)
 
 
-def _figsize(frames, n):
+def _figsize(frames, n, title: str):
+    """A figure size in inches for these frames: an inch to half an inch per cell, no wider than
+    ``_MAX_W_IN`` (so text shows at its size), tall enough for the rows and the wrapped texts."""
     span = max(_span(f, _GAP) for f in frames)
-    return (min(max(5.0, 1.6 + 0.55 * span), 13.0), min(max(2.6, 1.3 + 0.42 * n), 9.0)), span
+    W = min(max(5.0, 1.6 + 0.55 * span), _MAX_W_IN)
+    lines = lambda s, pt: _wrap(s, W - 0.2, pt).count("\n") + 1  # noqa: E731
+    caption_lines = max(lines(f.caption, _CAPTION_PT) for f in frames)
+    H = (0.16 + lines(title, _TITLE_PT) * _TITLE_PT * _LINE / 72 + _ROW_IN * (n + 0.2)
+         + 0.16 + caption_lines * _CAPTION_PT * _LINE / 72)
+    return (W, round(H, 2)), span
 
 
 def draw_collective(kind: str, devices, *, step: str = "after", ring: bool = False, figsize=None, **kwargs):
@@ -609,7 +649,7 @@ def draw_collective(kind: str, devices, *, step: str = "after", ring: bool = Fal
     labels = [f.label for f in frames]
     if step not in labels:
         raise ValueError(f"draw_collective: step must be one of {labels}; got {step!r}")
-    size, span = _figsize(frames, data.n)
+    size, span = _figsize(frames, data.n, title)
     fig = ShardFigure(figsize=figsize or size, dpi=100)
     _draw_frame(fig, frames[labels.index(step)], data.device_ids, title, span)
     return fig
@@ -630,10 +670,11 @@ def collective_view(kind: str, devices, *, ring: bool = False, figsize=None, **k
     from shardlab.explore import explorer
 
     data, frames, title = _frames(kind, devices, ring, kwargs, "collective_view")
-    size, span = _figsize(frames, data.n)
+    size, span = _figsize(frames, data.n, title)
     by_label = {f.label: f for f in frames}
+    captions = [f.caption for f in frames]
 
     def draw(fig, step):
-        _draw_frame(fig, by_label[step], data.device_ids, title, span)
+        _draw_frame(fig, by_label[step], data.device_ids, title, span, captions)
 
     return explorer({"step": {label: label for label in by_label}}, draw, figsize=figsize or size)

@@ -183,32 +183,72 @@ def in_flight(schedule: Schedule) -> np.ndarray:
     return np.cumsum(delta, axis=1).max(axis=1) / schedule.virtual
 
 
+# Text sizes in points as displayed (a figure wider than the page's column draws them larger, by
+# display.text_scale, so that they are these sizes where the page shows them).
+_LABEL_PT, _TICK_PT, _TITLE_PT = 9.0, 9.0, 9.5
+_CHAR_W = 0.62         # a character's average width over its font size (DejaVu Sans digits and letters)
+_MAX_W_IN = 7.0        # the widest figure drawn by default: within the page's column, so text is not shrunk
+
+
+def _wrap(text: str, width_in: float, pt: float) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, max(12, int(width_in * 72 / (_CHAR_W * pt)))))
+
+
 def draw_schedule(schedule: Schedule, ax=None, *, title: str | None = None, labels: bool | None = None):
     """Draw a schedule: stages down, time across, one cell per slot.
 
     A forward slot is filled with the microbatch's colour (``shardlab.PALETTE``), a backward slot
-    filled with a pale tint of it and hatched, an idle slot shaded grey. Cells are labelled with the microbatch (and, with several
-    chunks, the chunk as a letter: ``3b`` is microbatch 3 in the stage's second chunk). Time is in
-    units of one stage's whole pass: a slot of a ``virtual=2`` schedule is half as wide. Draws on
-    ``ax`` if given, else returns a new :class:`shardlab.ShardFigure`.
+    filled with a pale tint of it and hatched, an idle slot shaded grey. Cells are labelled with the
+    microbatch (and, with several chunks, the chunk as a letter: ``3b`` is microbatch 3 in the stage's
+    second chunk, written on two lines where the slot is narrow). Time is in units of one stage's whole
+    pass: a slot of a ``virtual=2`` schedule is half as wide. Text is at least 9 pt as a page displays
+    the figure (``display.text_scale``); ``labels=None`` labels the cells only if the labels fit them at
+    that size, ``True`` always, ``False`` never. The title is wrapped to the figure's width. Draws on
+    ``ax`` if given, else returns a new :class:`shardlab.ShardFigure` at most 7 inches wide.
     """
     from matplotlib.patches import Rectangle
 
+    from shardlab.display import text_scale
     from shardlab.draw import PALETTE, ShardFigure
 
     if not isinstance(schedule, Schedule):
         raise ValueError(f"schedule must be a shardlab Schedule, got {type(schedule).__name__}")
+    if labels not in (None, True, False):
+        raise ValueError(f"draw_schedule: labels must be None, True or False, got {labels!r}")
+    S, T, V = schedule.stages, schedule.steps, schedule.virtual
+    if title is None:
+        title = (f"{schedule.name}: {S} stages, {schedule.microbatches} microbatches, "
+                 f"bubble {bubble_fraction(schedule):.1%} (filled: forward, pale and hatched: backward, "
+                 "grey: idle)")
     fig = None
+    row_in = 0.42
     if ax is None:
-        fig = ShardFigure(figsize=(min(14, 2 + 0.3 * schedule.steps / schedule.virtual), 0.9 + 0.42 * schedule.stages))
-        ax = fig.add_subplot()
+        W = min(_MAX_W_IN, 2 + 0.3 * T / V)
+        title_text = _wrap(title, W - 0.2, _TITLE_PT)
+        left_in, bottom_in = 0.8, 0.55
+        top_in = 0.12 + (title_text.count("\n") + 1) * _TITLE_PT * 1.25 / 72
+        H = round(top_in + row_in * S + bottom_in, 2)
+        fig = ShardFigure(figsize=(W, H))
+        ax = fig.add_axes((left_in / W, bottom_in / H, 1 - (left_in + 0.12) / W, row_in * S / H))
     from matplotlib.collections import PatchCollection
     from matplotlib.colors import to_rgb
 
-    S, T, V = schedule.stages, schedule.steps, schedule.virtual
+    k = text_scale(ax.figure)
+    fw, fh = ax.figure.get_size_inches()
+    pos = ax.get_position()
+    slot_pt = pos.width * fw * 72 / k / T            # a slot's width, in points as displayed
+    row_pt = pos.height * fh * 72 / k / S             # a stage's height, likewise
     width = 1 / V
+
+    def fits(text):
+        return len(text) * _CHAR_W * _LABEL_PT + 2 <= slot_pt
+
+    longest = f"{schedule.microbatches - 1}" + ("h" if V > 1 else "")
+    stacked = V > 1 and not fits(longest) and row_pt >= 2.4 * _LABEL_PT
     if labels is None:
-        labels = T / V <= 48
+        labels = fits(longest) or (stacked and fits(longest[:-1]))
     boxes = {IDLE: [], FORWARD: [], BACKWARD: []}
     colours = {IDLE: [], FORWARD: [], BACKWARD: []}
     for s in range(S):
@@ -217,9 +257,9 @@ def draw_schedule(schedule: Schedule, ax=None, *, title: str | None = None, labe
             boxes[p].append(Rectangle((t * width, s), width, 1))
             colours[p].append("#e6e6e6" if p == IDLE else to_rgb(PALETTE[m % 10]))
             if labels and p != IDLE:
-                text = f"{m}" + ("abcdefgh"[c] if V > 1 else "")
-                ax.text((t + 0.5) * width, s + 0.5, text, ha="center", va="center", fontsize=7 if V > 1 else 8,
-                        color="white" if p == FORWARD else "black")
+                text = f"{m}" + (("\n" if stacked else "") + "abcdefgh"[c] if V > 1 else "")
+                ax.text((t + 0.5) * width, s + 0.5, text, ha="center", va="center", fontsize=_LABEL_PT * k,
+                        linespacing=1.1, color="white" if p == FORWARD else "black")
     # One collection per kind of slot (fast to draw): idle grey, forward filled, backward a pale tint, hatched.
     ax.add_collection(PatchCollection(boxes[IDLE], facecolors=colours[IDLE], edgecolors="white", linewidths=0.5))
     ax.add_collection(PatchCollection(boxes[FORWARD], facecolors=colours[FORWARD], edgecolors="white",
@@ -229,13 +269,10 @@ def draw_schedule(schedule: Schedule, ax=None, *, title: str | None = None, labe
                                       linewidths=0.5, hatch="///"))
     ax.set_xlim(0, T * width)
     ax.set_ylim(S, 0)
-    ax.set_yticks([s + 0.5 for s in range(S)], [f"stage {s}" for s in range(S)], fontsize=8)
-    ax.set_xlabel("time (one stage's pass of one microbatch = 1)", fontsize=8)
-    ax.tick_params(axis="x", labelsize=8)
+    ax.set_yticks([s + 0.5 for s in range(S)], [f"stage {s}" for s in range(S)], fontsize=_TICK_PT * k)
+    ax.set_xlabel("time (one stage's pass of one microbatch = 1)", fontsize=_TICK_PT * k)
+    ax.tick_params(axis="x", labelsize=_TICK_PT * k)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    ax.set_title(title if title is not None else
-                 f"{schedule.name}: {S} stages, {schedule.microbatches} microbatches, "
-                 f"bubble {bubble_fraction(schedule):.1%} (filled: forward, pale and hatched: backward, grey: idle)",
-                 fontsize=9)
+    ax.set_title(_wrap(title, fw / k - 0.2, _TITLE_PT), fontsize=_TITLE_PT * k, linespacing=1.25)
     return fig

@@ -268,16 +268,17 @@ def test_collective_view_is_an_explorer_over_steps():
     assert view.controls == {"step": ["before", "step 1", "step 2", "step 3", "after"]}
     assert view.render(step="step 2")[:4] == b"\x89PNG"
     texts = [t.get_text() for t in view.figure.texts]
-    assert any("step 2 of 3" in t and "8 bytes" in t for t in texts)
+    assert any("step 2 of 3" in t and "8 bytes" in t for t in texts)   # captions wrap, words stay whole
     html = view.to_html()
     assert 'class="shardlab-explorer"' in html and html.count('type="range"') == 1
     plain = collective_view("psum", 4)
     assert plain.controls == {"step": ["before", "after"]}
     plain.render(step="after")
-    assert any("each device sent 24 bytes, modelled (ring all-reduce" in t.get_text() for t in plain.figure.texts)
+    assert any("each device sent 24 bytes, modelled (ring all-reduce" in " ".join(t.get_text().split())
+               for t in plain.figure.texts)
     a2a = collective_view("all_to_all", 4)
     a2a.render(step="after")
-    assert any("modelled (direct exchange" in t.get_text() for t in a2a.figure.texts)
+    assert any("modelled (direct exchange" in " ".join(t.get_text().split()) for t in a2a.figure.texts)
     rs = collective_view("psum_scatter", DEVICES[:3], ring=True)
     assert rs.controls["step"] == ["before", "step 1", "step 2", "after"]
 
@@ -291,3 +292,31 @@ def test_runs_whatever_mesh_the_caller_has_set():
         assert run.report().kinds() == {"all-reduce": 1}
         ring = ring_steps("reduce_scatter", DEVICES[:4])
         np.testing.assert_array_equal(ring.result, ring.builtin)
+
+
+def _smallest_displayed_pt(fig):
+    """The smallest text of a figure as the page shows it, by hand: its font sizes times the displayed
+    width over the figure's width (the page shows 96 CSS px per inch, at most the column; the PNG has
+    2 pixels per CSS px)."""
+    import io
+
+    from PIL import Image
+
+    from shardlab.display import page_image
+
+    image = page_image(fig, tight=False)
+    shown_in = Image.open(io.BytesIO(image.data)).size[0] / 2 / 96
+    sizes = [t.get_fontsize() for t in fig.texts if t.get_text().strip()]
+    sizes += [t.get_fontsize() for ax in fig.axes for t in ax.texts if t.get_text().strip()]
+    return min(sizes) * shown_in / fig.get_size_inches()[0]
+
+
+@pytest.mark.parametrize("kind, n, ring, figsize", [("all_gather", 4, False, None), ("all_gather", 8, True, None),
+                                                    ("psum", 8, False, None), ("psum", 4, False, (12, 4))])
+def test_collective_text_is_at_least_9_pt_as_displayed(kind, n, ring, figsize):
+    fig = draw_collective(kind, DEVICES[:n], ring=ring, size=4, figsize=figsize)
+    assert fig.get_size_inches()[0] <= 7.0 or figsize is not None
+    assert _smallest_displayed_pt(fig) >= 9.0 - 1e-6
+    view = collective_view(kind, DEVICES[:n], ring=ring, size=4, figsize=figsize)
+    view.to_html()
+    assert view.smallest_text_pt >= 9.0 - 1e-6

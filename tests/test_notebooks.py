@@ -6,6 +6,7 @@ import nbformat
 import pytest
 from jupyter_cache import get_cache
 
+from tests.figure_text import small_figure_text
 from tests.notebook_run import execute, read_chapter
 from tests.paths import CACHE, CHAPTERS, EXECUTED, HAND_TO_BOOK
 
@@ -17,6 +18,8 @@ def test_chapter_executes(md):
         skipped = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "code"
                    and any("No TPU compiler here" in o.get("text", "") for o in c.get("outputs", []))]
         assert skipped == [], f"TPU cells skipped although libtpu is installed: {skipped}"
+    # Every picture's text is at least 9 pt as the page displays it, and every picture records it.
+    assert small_figure_text(nb) == [], f"{md.stem}: figure text too small or unrecorded"
     # The book build reuses this execution only if it hashes like the chapter it reads itself.
     cache = get_cache(str(CACHE))
     assert cache.create_hashed_notebook(nb)[1] == cache.create_hashed_notebook(read_chapter(md))[1]

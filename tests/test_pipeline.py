@@ -153,3 +153,44 @@ def test_draw_schedule_cells():
     labels = {t.get_text() for t in ax.texts}
     assert {"0a", "1a", "0b", "1b"} <= labels
     assert fig._repr_png_()[:4] == b"\x89PNG"
+
+
+def _smallest_displayed_pt(fig):
+    """By hand: the smallest font size times the displayed width over the figure's width (96 CSS px
+    per inch, at most the 688 px column; the PNG has 2 pixels per CSS px)."""
+    import io
+
+    from PIL import Image
+
+    from shardlab.display import page_image
+
+    # Uncropped, the page shows the whole figure's width (a cropped figure is shown no smaller).
+    shown_in = Image.open(io.BytesIO(page_image(fig, tight=False).data)).size[0] / 2 / 96
+    texts = [t for ax in fig.axes for t in ax.texts + [ax.title, ax.xaxis.label]] + \
+        [t for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
+    sizes = [t.get_fontsize() for t in texts if t.get_text().strip()]
+    return min(sizes) * shown_in / fig.get_size_inches()[0]
+
+
+@pytest.mark.parametrize("sched", [gpipe_schedule(4, 8), circular_schedule(4, 8, 2), one_f_one_b_schedule(8, 32)],
+                         ids=["gpipe", "circular", "long"])
+def test_schedule_text_is_at_least_9_pt_as_displayed(sched):
+    fig = draw_schedule(sched)
+    assert fig.get_size_inches()[0] <= 7.0
+    assert _smallest_displayed_pt(fig) >= 9.0 - 1e-6
+    # On a figure wider than the page's column, text is drawn larger by as much as the page shrinks it.
+    from matplotlib.figure import Figure
+
+    wide = Figure(figsize=(14, 3))
+    draw_schedule(sched, ax=wide.add_subplot())
+    assert _smallest_displayed_pt(wide) >= 9.0 - 1e-6
+
+
+def test_schedule_labels_only_where_they_fit():
+    labelled = draw_schedule(circular_schedule(4, 8, 2)).axes[0].texts   # 38 half slots: stacked labels
+    assert {t.get_text() for t in labelled} >= {"3\nb", "7\na"}
+    assert len(draw_schedule(one_f_one_b_schedule(8, 32)).axes[0].texts) == 0   # 78 slots: too narrow
+    assert len(draw_schedule(one_f_one_b_schedule(8, 32), labels=True).axes[0].texts) == 2 * 8 * 32
+    assert len(draw_schedule(gpipe_schedule(2, 2), labels=False).axes[0].texts) == 0
+    with pytest.raises(ValueError, match="labels"):
+        draw_schedule(gpipe_schedule(2, 2), labels="yes")
