@@ -25,7 +25,7 @@ Three parts, each from *How to Scale Your Model* (the "scaling book", https://ja
 
 * **A latency per collective.** "Each hop over an ICI link has some intrinsic overhead regardless of the
   data volume. This is typically around 1us" ("Sharded Matrices", *A note on ICI latency*):
-  :data:`ICI_HOP_LATENCY`. A collective pays it once per hop of its longest route, the group's
+  :data:`shardlab.time_model.ICI_HOP_LATENCY`. A collective pays it once per hop of its longest route, the group's
   diameter on the torus (half the ring with wraparound, end to end on a line, summed over the torus
   axes spanned), once for an all-gather or a reduce-scatter and twice for an all-reduce (a
   reduce-scatter, then an all-gather).
@@ -67,7 +67,7 @@ __all__ = [
     "modelled_passes",
 ]
 
-#: Seconds one hop over an ICI link costs whatever the bytes, "typically around 1us" (:data:`LATENCY_SOURCE`).
+#: Seconds one hop over an ICI link costs whatever the bytes, "typically around 1us" (``LATENCY_SOURCE``).
 ICI_HOP_LATENCY = 1e-6
 
 #: Where the hop latency comes from.
@@ -82,7 +82,7 @@ CUBE_EDGE = 4
 #: Passes over the ring each collective kind makes (for the latency term).
 PASSES = {"all-reduce": 2, "all-gather": 1, "reduce-scatter": 1, "all-to-all": 1, "collective-permute": 1}
 
-#: ``device_kind`` strings of TPU devices and the chip of :data:`shardlab.CHIPS` they are.
+#: ``device_kind`` strings of TPU devices and the chip of :data:`shardlab.cost_model.CHIPS` they are.
 DEVICE_KINDS = {"TPU v5 lite": "TPU v5e", "TPU v5e": "TPU v5e", "TPU v6 lite": "TPU v6e", "TPU v6e": "TPU v6e",
                 "TPU v5": "TPU v5p", "TPU v5p": "TPU v5p", "TPU v4": "TPU v4p"}
 
@@ -94,7 +94,7 @@ class AxisNetwork:
     ``links`` multiplies a chip's one-way link bandwidth (2 for a ring with wraparound, 1 for an open
     line, summed over the torus axes spanned; 0 for an axis of one chip, which sends nothing).
     ``hops`` is the group's diameter on the torus, the ICI hops one pass of a collective pays
-    :data:`ICI_HOP_LATENCY` for.
+    :data:`shardlab.time_model.ICI_HOP_LATENCY` for.
     """
 
     links: int
@@ -114,9 +114,9 @@ class AxisNetwork:
 class Traffic:
     """Collectives of a step on one mesh axis: ``nbytes`` one device sends in all, over ``count`` of ``kind``.
 
-    ``nbytes`` is the ring model's count (:mod:`shardlab.cost_model`); ``axis`` a key of the network
+    ``nbytes`` is the ring model's count (``shardlab.cost_model``); ``axis`` a key of the network
     given to :func:`modelled_time`; ``count`` how many separate collectives carry it (each pays the
-    latency); ``kind`` one of :data:`PASSES` (an all-reduce pays it twice).
+    latency); ``kind`` one of ``PASSES`` (an all-reduce pays it twice).
     """
 
     nbytes: float
@@ -327,7 +327,7 @@ def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP
 
     ``flops``: floating-point operations one chip performs; ``traffic``: :class:`Traffic` items (or
     ``(nbytes, axis, count[, kind])`` tuples); ``chip``: a :class:`~shardlab.Chip` or a name of
-    :data:`shardlab.CHIPS`; ``network``: ``{axis: AxisNetwork}`` (:func:`mesh_network`, or built by
+    :data:`shardlab.cost_model.CHIPS`; ``network``: ``{axis: AxisNetwork}`` (:func:`mesh_network`, or built by
     hand). Per axis ``comm = nbytes / (links * link_bandwidth) + count * passes * hops * hop_latency``
     (passes: 2 for an all-reduce, else 1). Returns, in seconds::
 
