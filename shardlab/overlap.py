@@ -7,8 +7,9 @@ is (an asynchronous collective's start or done, a synchronous collective, a prod
 between them, the work a device can do while that collective's bytes travel.
 
 One model: :func:`ring_matmul_time`, the time of an all-gather matmul written as a ring of
-collective-permutes, step by step, with and without overlap, from a chip's published figures
-(:data:`shardlab.CHIPS`). What it gives is modelled, not measured.
+collective-permutes, step by step, with and without overlap, against the plain all-gather followed by
+the product, by the book's one time model (:func:`shardlab.modelled_time`). What it gives is
+modelled, not measured.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import numpy as np
 
 from shardlab.arguments import positive_int
 from shardlab.compiled import _COMPUTATION_RE, _COMMENT_RE, _parse_instruction
-from shardlab.cost_model import _chip, step_time
+from shardlab.cost_model import _chip
+from shardlab.time_model import ICI_HOP_LATENCY, AxisNetwork, Traffic, modelled_time
 
 _COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
                 "collective-broadcast", "ragged-all-to-all")
@@ -32,7 +34,8 @@ class ScheduledOp:
     """One instruction of a computation, at its place in the schedule.
 
     ``kind`` is ``"start"`` or ``"done"`` (the two halves of an asynchronous collective),
-    ``"collective"`` (a synchronous one), ``"product"`` (a ``dot`` or ``convolution``, or a fusion
+    ``"collective"`` (a synchronous one, or a fusion that runs one: XLA:TPU's ``all-reduce-scatter``
+    fusion is read as the reduce-scatter it is), ``"product"`` (a ``dot`` or ``convolution``, or a fusion
     whose body holds one), ``"loop"`` (a ``while``) or ``"other"``; ``collective`` names the
     collective for the first three (``"collective-permute"``, ...), else it is ``""``.
     """
@@ -116,6 +119,22 @@ def _holds_product(name: str, bodies: dict, seen: set) -> bool:
     return False
 
 
+def _fused_collective(name: str, bodies: dict) -> str:
+    """The collective a fused computation runs synchronously (XLA:TPU's ``all-reduce-scatter`` fusion: an
+    all-reduce and a slice, the reduce-scatter it is), or ``""``: none, or one marked as an asynchronous
+    start or done (``AsyncCollectiveStart``/``Done``), which is not a synchronous collective."""
+    lines = bodies.get(name, [])
+    if any("AsyncCollective" in line for line in lines):
+        return ""
+    for line in lines:
+        instr = _parse_instruction(line)
+        if instr is not None and instr.opcode in _COLLECTIVES:
+            if instr.opcode == "all-reduce" and name.startswith("all-reduce-scatter"):
+                return "reduce-scatter"
+            return instr.opcode
+    return ""
+
+
 def _classify(instr, bodies: dict) -> tuple[str, str]:
     op = instr.opcode
     for suffix in ("-start", "-done"):
@@ -139,6 +158,9 @@ def _classify(instr, bodies: dict) -> tuple[str, str]:
         called = re.search(r"calls=%?([\w.\-]+)", instr.attrs)
         if called and _holds_product(called.group(1), bodies, set()):
             return "product", ""
+        inner = _fused_collective(called.group(1), bodies) if called else ""
+        if inner:
+            return "collective", inner
     if op == "while":
         return "loop", ""
     return "other", ""
@@ -200,23 +222,32 @@ def async_windows(compiled, computation: str | None = None) -> list[AsyncWindow]
     return windows
 
 
-def ring_matmul_time(rows: int, contract: int, cols: int, devices: int, chip, *, dtype_bytes: int = 2,
-                     bidirectional: bool = False) -> dict:
-    """Modelled time of ``all_gather(x) @ w`` written as a ring of ``devices`` steps, with and without overlap.
+def ring_matmul_time(rows: int, contract: int, cols: int, devices: int, chip, *, network,
+                     dtype_bytes: int = 2, bidirectional: bool = False,
+                     hop_latency: float = ICI_HOP_LATENCY) -> dict:
+    """Modelled time of ``all_gather(x) @ w`` written as a ring of ``devices`` steps, against the plain form.
 
     ``x`` is ``(rows, contract)``, split by rows over ``devices``; ``w`` is ``(contract, cols)``,
-    split by columns, so each device computes ``rows × cols / devices`` of the result. At each step
-    a device multiplies the block of ``x`` it holds by its columns of ``w``
-    (``2 · rows/devices · contract · cols/devices`` flops) while the block, ``rows/devices ·
-    contract · dtype_bytes`` bytes, travels to the next device over one link (``bidirectional``:
-    half of it each way, over two links). There are ``devices`` products and ``devices - 1`` sends.
+    split by columns, so each device computes ``rows × cols / devices`` of the result. ``network`` is
+    the :class:`shardlab.AxisNetwork` of the mesh axis the devices form
+    (``shardlab.mesh_network(mesh)[axis]``). Everything is timed by the book's one model,
+    :func:`shardlab.modelled_time`:
 
-    Returns ``step``: one step's ``compute``, ``comm``, ``overlapped`` (their maximum) and ``serial``
-    (their sum), from :func:`shardlab.step_time`; ``overlapped``: the whole product when each
-    send hides behind a product (``compute + (devices - 1) · max(compute, comm)``); ``serial``:
-    with no overlap (``devices · compute + (devices - 1) · comm``, also the time of a plain
-    all-gather followed by the product); ``saved``: their difference; ``bound``: which one a
-    step waits for. Published peak figures: real steps are slower.
+    - **the ring**: at each step a device multiplies the block of ``x`` it holds by its columns of
+      ``w`` (``2 · rows/devices · contract · cols/devices`` flops) while the block, ``rows/devices ·
+      contract · dtype_bytes`` bytes, travels to the next device, one hop away: over 1 link, or,
+      ``bidirectional``, half of it each way over 2 links (which needs an axis of at least 2 links).
+      ``devices`` products and ``devices - 1`` sends, each paying one hop's latency.
+    - **the plain form**: one all-gather of ``x`` over the axis (its links and hops: both directions
+      of a ring with wraparound), then the whole product, which waits for it.
+
+    Returns ``step``: one ring step's :func:`~shardlab.modelled_time` (``compute``, ``comm``, ...);
+    ``overlapped``: the ring when each send hides behind a product (``compute + (devices - 1) ·
+    max(compute, comm)``); ``serial``: the ring with no overlap (``devices · compute + (devices - 1) ·
+    comm``); ``saved``: their difference; ``plain``: the plain form (all-gather, then product) and
+    ``plain_comm``: its all-gather; ``faster``: ``"ring"`` if ``overlapped < plain`` else
+    ``"plain"``; ``bound``: which one a ring step waits for. All in seconds, modelled from published
+    peak figures: real steps are slower.
     """
     rows, contract, cols, devices = (positive_int(f"ring_matmul_time: {n}", v) for n, v in
                                      (("rows", rows), ("contract", contract), ("cols", cols),
@@ -227,14 +258,29 @@ def ring_matmul_time(rows: int, contract: int, cols: int, devices: int, chip, *,
     for name, value in (("rows", rows), ("cols", cols)):
         if value % devices:
             raise ValueError(f"ring_matmul_time: {name}={value} must be divisible by devices={devices}")
+    if devices < 2:
+        raise ValueError(f"ring_matmul_time: devices must be at least 2 (a ring), got {devices}")
+    if not isinstance(network, AxisNetwork) or network.links == 0:
+        raise ValueError(f"ring_matmul_time: network must be the AxisNetwork of the ring's mesh axis "
+                         f"(shardlab.mesh_network(mesh)[axis]), with links, got {network!r}")
+    ring_links = 2 if bidirectional else 1
+    if network.links < ring_links:
+        raise ValueError(f"ring_matmul_time: a ring both ways needs an axis of at least 2 links; network "
+                         f"has {network.links}")
     chip = _chip(chip)
     flops = 2 * (rows // devices) * contract * (cols // devices)
     nbytes = (rows // devices) * contract * dtype_bytes
-    step = step_time(flops, nbytes, chip, links=2 if bidirectional else 1)
+    step = modelled_time(flops, [Traffic(nbytes, "ring", 1, "collective-permute")], chip,
+                         {"ring": AxisNetwork(ring_links, 1)}, hop_latency=hop_latency)
+    gather = modelled_time(devices * flops, [Traffic((devices - 1) * nbytes, "axis", 1, "all-gather")],
+                           chip, {"axis": network}, hop_latency=hop_latency)
     overlapped = step["compute"] + (devices - 1) * step["overlapped"]
     serial = devices * step["compute"] + (devices - 1) * step["comm"]
+    plain = gather["serial"]
     return {"step": step, "flops_per_step": flops, "bytes_per_step": nbytes, "steps": devices,
-            "overlapped": overlapped, "serial": serial, "saved": serial - overlapped, "bound": step["bound"]}
+            "overlapped": overlapped, "serial": serial, "saved": serial - overlapped,
+            "plain": plain, "plain_comm": gather["comm"],
+            "faster": "ring" if overlapped < plain else "plain", "bound": step["bound"]}
 
 
 __all__ = ["ScheduledOp", "AsyncWindow", "scheduled_order", "async_windows", "ring_matmul_time"]

@@ -1,8 +1,11 @@
 """shardlab.overlap: the scheduled order of a compiled program, its asynchronous windows, the ring-matmul model."""
 
+import importlib.util
+
 import pytest
 
 from shardlab.cost_model import CHIPS
+from shardlab.time_model import AxisNetwork
 from shardlab.overlap import async_windows, ring_matmul_time, scheduled_order
 
 # A scheduled module in the shape XLA:TPU prints it: a product fused in a computation of its own,
@@ -77,32 +80,75 @@ def test_other_computations_and_bad_input():
         scheduled_order("HloModule empty\n")
 
 
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu is not installed")
+RING16 = AxisNetwork(2, 8)      # a full v5e pod axis: a ring of 16 with wraparound (tests/test_time_model.py)
+LAT = 1e-6
+
+
 def test_ring_matmul_time_model():
     chip = CHIPS["TPU v5e"]
-    t = ring_matmul_time(64, 1024, 8 * 4096, 8, chip)
+    t = ring_matmul_time(64, 1024, 8 * 4096, 8, chip, network=AxisNetwork(2, 4))
     assert t["flops_per_step"] == 2 * 8 * 1024 * 4096
     assert t["bytes_per_step"] == 8 * 1024 * 2
     step = t["step"]
+    # by hand: one link to the next device, one hop's latency per send
     assert step["compute"] == pytest.approx(t["flops_per_step"] / chip.peak_flops)
-    assert step["comm"] == pytest.approx(t["bytes_per_step"] / chip.link_bandwidth)
+    assert step["comm"] == pytest.approx(t["bytes_per_step"] / chip.link_bandwidth + LAT)
     assert t["serial"] == pytest.approx(8 * step["compute"] + 7 * step["comm"])
     assert t["overlapped"] == pytest.approx(step["compute"] + 7 * max(step["compute"], step["comm"]))
     assert t["saved"] == pytest.approx(t["serial"] - t["overlapped"]) and t["saved"] > 0
-    # the break-even width per device is dtype_bytes * peak / (2 * links * bandwidth), whatever rows and contract
+    # the plain form: 7/8 of x gathered over both links, 4 hops, then the whole product
+    gather = 7 * t["bytes_per_step"] / (2 * chip.link_bandwidth) + 4 * LAT
+    assert t["plain_comm"] == pytest.approx(gather)
+    assert t["plain"] == pytest.approx(gather + 8 * step["compute"])
+    # with no latency, the break-even width per device is dtype_bytes * peak / (2 * links * bandwidth)
     width = chip.peak_flops / chip.link_bandwidth            # 2 bytes / 2 flops per multiply-add
-    assert ring_matmul_time(8, 512, 8 * int(width * 1.01), 8, chip)["bound"] == "compute"
-    assert ring_matmul_time(8, 512, 8 * int(width * 0.99), 8, chip)["bound"] == "communication"
-    both = ring_matmul_time(8, 512, 8 * int(width * 0.6), 8, chip, bidirectional=True)
+    for factor, bound in ((1.01, "compute"), (0.99, "communication")):
+        t = ring_matmul_time(8, 512, 8 * int(width * factor), 8, chip, network=RING16, hop_latency=0)
+        assert t["bound"] == bound
+    both = ring_matmul_time(8, 512, 8 * int(width * 0.6), 8, chip, network=RING16, bidirectional=True,
+                            hop_latency=0)
     assert both["bound"] == "compute"
-    assert both["step"]["comm"] == pytest.approx(t["step"]["comm"] / 2 * both["bytes_per_step"] / t["bytes_per_step"])
+    one = ring_matmul_time(8, 512, 8 * int(width * 0.6), 8, chip, network=RING16, hop_latency=0)
+    assert both["step"]["comm"] == pytest.approx(one["step"]["comm"] / 2)
+
+
+@pytest.mark.parametrize("ratio, faster", [(1.9, "ring"), (2.1, "plain")])
+def test_one_way_ring_beats_the_plain_form_while_a_send_takes_under_twice_a_product(ratio, faster):
+    # comm/compute per step = ratio; by hand (no latency): ring = c + (n-1)·m, plain = n·c + (n-1)·m/2
+    chip = CHIPS["TPU v5e"]
+    width = round(chip.peak_flops / chip.link_bandwidth / ratio)
+    t = ring_matmul_time(16 * 2048, 8192, 16 * width, 16, chip, network=RING16, hop_latency=0)
+    c, m = t["step"]["compute"], t["step"]["comm"]
+    assert m / c == pytest.approx(ratio, rel=1e-3)
+    assert t["overlapped"] == pytest.approx(c + 15 * m) and t["plain"] == pytest.approx(16 * c + 15 * m / 2)
+    assert t["faster"] == faster
+    # both ways round the ring is never slower than the plain form
+    assert ring_matmul_time(16 * 2048, 8192, 16 * width, 16, chip, network=RING16, bidirectional=True,
+                            hop_latency=0)["faster"] == "ring"
+
+
+@needs_libtpu
+def test_ring_matmul_time_on_a_compiled_mesh_network():
+    from shardlab import compiling_for_tpu, mesh_network, target_mesh
+
+    with compiling_for_tpu():
+        network = mesh_network(target_mesh("v5e-256", (16, 16), ("data", "model")))["model"]
+    assert network == RING16
+    t = ring_matmul_time(16 * 2048, 8192, 4 * 8192, 16, "TPU v5e", network=network)
+    assert (round(t["overlapped"] * 1e6), round(t["plain"] * 1e6)) == (11549, 11182)
+    assert t["faster"] == "plain"
 
 
 @pytest.mark.parametrize("kwargs, word", [({"rows": 0}, "rows"), ({"cols": 12}, "cols"), ({"devices": 2.0}, "devices"),
                                           ({"dtype_bytes": 0}, "dtype_bytes"), ({"bidirectional": "yes"},
                                                                                  "bidirectional"),
-                                          ({"chip": "TPU v99"}, "chip")])
+                                          ({"chip": "TPU v99"}, "chip"), ({"network": 2}, "network"),
+                                          ({"network": AxisNetwork(0, 0)}, "network"),
+                                          ({"network": AxisNetwork(1, 7), "bidirectional": True}, "links"),
+                                          ({"rows": 1, "cols": 1, "devices": 1}, "devices")])
 def test_ring_matmul_time_refuses_bad_arguments(kwargs, word):
-    args = {"rows": 64, "contract": 128, "cols": 256, "devices": 8, "chip": "TPU v5e"}
+    args = {"rows": 64, "contract": 128, "cols": 256, "devices": 8, "chip": "TPU v5e", "network": RING16}
     args.update(kwargs)
     with pytest.raises(ValueError, match=word):
         ring_matmul_time(**args)
@@ -151,3 +197,84 @@ def test_loops_and_async_wrapped_collectives(done_calls):
     [window] = async_windows(hlo, "body")
     assert (window.collective, window.start, window.done, window.products) == ("all-gather", "async-start",
                                                                                "async-done", ("dot.3",))
+
+
+# XLA:TPU's reduce-scatter as it compiles a large one: an all-reduce and a slice fused into a computation
+# named all-reduce-scatter (a synchronous collective), then a collective-permute overlapped with a product.
+FUSED_SCATTER_HLO = """HloModule jit_scatter, is_scheduled=true
+
+%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %add = f32[] add(%a, %b)
+}
+
+%all-reduce-scatter (input: f32[16,8]) -> f32[2,8] {
+  %input = f32[16,8]{1,0} parameter(0)
+  %all-reduce.1 = f32[16,8]{1,0} all-reduce(%input), channel_id=2, replica_groups={{0,1,2,3,4,5,6,7}}, use_global_device_ids=true, to_apply=%sum
+  %zero = u32[] constant(0)
+  ROOT %dynamic-slice.1 = f32[2,8]{1,0} dynamic-slice(%all-reduce.1, %zero, %zero), dynamic_slice_sizes={2,8}
+}
+
+%product (p: f32[2,8]) -> f32[2,2] {
+  %p = f32[2,8]{1,0} parameter(0)
+  ROOT %dot.1 = f32[2,2]{1,0} dot(%p, %p), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+}
+
+ENTRY %main (x: f32[16,8], y: f32[2,8]) -> (f32[2,8], f32[2,2]) {
+  %x = f32[16,8]{1,0} parameter(0)
+  %y = f32[2,8]{1,0} parameter(1)
+  %fusion = f32[2,8]{1,0} fusion(%x), kind=kCustom, calls=%all-reduce-scatter
+  %collective-permute-start = (f32[2,8]{1,0}, f32[2,8]{1,0}, u32[], u32[]) collective-permute-start(%fusion), channel_id=1, source_target_pairs={{0,1},{1,2}}
+  %fusion.1 = f32[2,2]{1,0} fusion(%y), kind=kOutput, calls=%product
+  %collective-permute-done = f32[2,8]{1,0} collective-permute-done(%collective-permute-start)
+  ROOT %tuple = (f32[2,8]{1,0}, f32[2,2]{1,0}) tuple(%collective-permute-done, %fusion.1)
+}
+"""
+
+
+def test_a_fused_reduce_scatter_is_a_synchronous_collective():
+    xla_accepts(FUSED_SCATTER_HLO)
+    kinds = [(op.name, op.kind, op.collective) for op in scheduled_order(FUSED_SCATTER_HLO) if op.kind != "other"]
+    assert kinds == [("fusion", "collective", "reduce-scatter"),
+                     ("collective-permute-start", "start", "collective-permute"),
+                     ("fusion.1", "product", ""),
+                     ("collective-permute-done", "done", "collective-permute")]
+    # the same fusion under another name is the all-reduce it holds
+    renamed = FUSED_SCATTER_HLO.replace("all-reduce-scatter", "fused_all_reduce")
+    assert scheduled_order(renamed)[2].collective == "all-reduce"
+    # a fused computation marked as an asynchronous start is not a synchronous collective
+    marked = FUSED_SCATTER_HLO.replace(
+        "%zero = u32[] constant(0)",
+        '%zero = u32[] constant(0)\n  %m = u32[] custom-call(), custom_call_target="AsyncCollectiveStart"')
+    assert scheduled_order(marked)[2].kind == "other"
+
+
+@needs_libtpu
+def test_xla_tpu_fused_reduce_scatter_read_in_a_compiled_program():
+    # XLA:TPU compiles a large psum_scatter to an all-reduce-scatter fusion, then a collective-permute it
+    # overlaps with a product: the schedule shows the fusion as the synchronous reduce-scatter that
+    # shardlab's collective reader (an independent reader of the same text) lists.
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import shardlab
+
+    def body(partial_sums, block):
+        return jax.lax.psum_scatter(partial_sums, "i", scatter_dimension=0, tiled=True), block @ block.T
+
+    with shardlab.compiling_for_tpu():
+        mesh = shardlab.target_mesh("v5e-8", (8,), ("i",))
+        f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P("i", None)),
+                                  out_specs=(P("i", None), P("i", None))))
+        args = [jax.ShapeDtypeStruct((8192, 4096), jnp.float32, sharding=NamedSharding(mesh, spec))
+                for spec in (P(), P("i", None))]
+        compiled = f.lower(*args).compile()
+    order = [(op.kind, op.collective) for op in scheduled_order(compiled) if op.kind != "other"]
+    assert order == [("collective", "reduce-scatter"), ("start", "collective-permute"), ("product", ""),
+                     ("done", "collective-permute")]
+    listed = shardlab.collectives_in_compiled(compiled)
+    assert sorted(listed.kinds()) == ["collective-permute", "reduce-scatter"]
+    [window] = async_windows(compiled)
+    assert window.collective == "collective-permute" and window.overlapped
