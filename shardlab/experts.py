@@ -88,19 +88,30 @@ def top_k_routing(logits, k: int, capacity: int) -> Routing:
     return Routing(expert=expert, gate=gate, slot=slot, kept=slot < capacity)
 
 
-def dispatch_and_combine(routing: Routing, experts: int, capacity: int, dtype=None):
+def dispatch_and_combine(routing: Routing, experts: int, capacity: int, dtype):
     """The one-hot tensors of a routing, shape ``(tokens, experts, capacity)``: ``(dispatch, combine)``.
 
     ``dispatch[t, e, c]`` is 1 where token ``t`` fills slot ``c`` of expert ``e`` (kept choices only), so
     ``einsum("tec,td->ecd", dispatch, x)`` fills the experts' buffers; ``combine`` holds the gates in the
     same places, so ``einsum("tec,ecd->td", combine, y)`` brings the experts' outputs back, weighted.
+
+    ``dtype`` is the tokens' dtype (``x.dtype``), a floating one: both tensors are made in it, so the einsums
+    keep the tokens' dtype. (Float32 tensors with bfloat16 tokens would promote the buffers, the experts'
+    inputs and the layer's output to float32.)
     """
     import jax
     import jax.numpy as jnp
 
     experts = positive_int("dispatch_and_combine: experts", experts)
     capacity = positive_int("dispatch_and_combine: capacity", capacity)
-    dtype = dtype or jnp.float32
+    given = dtype
+    try:
+        dtype = None if dtype is None else np.dtype(dtype)
+    except TypeError:
+        dtype = None
+    if dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"dispatch_and_combine: dtype must be a floating dtype (the tokens' dtype, x.dtype), "
+                         f"got {given!r}")
     where = (jax.nn.one_hot(routing.expert, experts, dtype=dtype)[..., :, None]
              * jax.nn.one_hot(jnp.where(routing.kept, routing.slot, capacity), capacity, dtype=dtype)[..., None, :])
     dispatch = where.sum(axis=1)                                          # over the k choices

@@ -76,7 +76,7 @@ def test_dispatch_and_combine_move_tokens_and_back():
     x = rng.normal(size=(24, 5)).astype(np.float32)
     logits = rng.normal(size=(24, 6)).astype(np.float32)
     r = top_k_routing(logits, 2, 5)
-    dispatch, combine = dispatch_and_combine(r, 6, 5)
+    dispatch, combine = dispatch_and_combine(r, 6, 5, x.dtype)
     assert dispatch.shape == combine.shape == (24, 6, 5)
     dispatch, combine = np.asarray(dispatch), np.asarray(combine)
     assert dispatch.sum(axis=0).max() <= 1                  # a slot holds one token at most
@@ -92,6 +92,40 @@ def test_dispatch_and_combine_move_tokens_and_back():
     assert not np.allclose(back, first_only[:, None] * x, rtol=1e-5, atol=1e-6)
 
 
+def test_bfloat16_tokens_stay_bfloat16():
+    """bfloat16 tokens in: bfloat16 one-hot tensors, buffers, expert outputs and results, equal to a float64
+    reference within bfloat16's rounding (and not within float32's: the work really ran in bfloat16)."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(1)
+    tokens, experts, k, capacity = 48, 8, 2, 9
+    x = jnp.asarray(rng.normal(size=(tokens, 16)), jnp.bfloat16)
+    scale = jnp.asarray(rng.uniform(0.5, 2.0, size=experts), jnp.bfloat16)    # expert e multiplies by scale[e]
+    r = top_k_routing(rng.normal(size=(tokens, experts)).astype(np.float32), k, capacity)
+    dispatch, combine = dispatch_and_combine(r, experts, capacity, x.dtype)
+    buffers = jnp.einsum("tec,td->ecd", dispatch, x)
+    outputs = buffers * scale[:, None, None]
+    back = jnp.einsum("tec,ecd->td", combine, outputs)
+    assert {a.dtype for a in (dispatch, combine, buffers, outputs, back)} == {jnp.dtype(jnp.bfloat16)}
+    # The reference, on one device in float64: each token's kept choices, gate times scale times itself.
+    expert, gate, kept = (np.asarray(a) for a in (r.expert, r.gate, r.kept))
+    x64, scale64 = np.asarray(x, np.float64), np.asarray(scale, np.float64)
+    terms = (gate * kept * scale64[expert])[..., None] * x64[:, None, :]      # (tokens, k, width)
+    reference, size = terms.sum(1), np.abs(terms).sum(1)
+    error = np.abs(np.asarray(back, np.float64) - reference)
+    # bfloat16 keeps 8 significant bits: each rounding (gate, scaled token, gate times it, the sum) is within
+    # 2**-9 of what it rounds; four of them, with room for the order the sum is taken in: 2**-6 of the terms.
+    bf16_tolerance = 2.0 ** -6 * size + 1e-30
+    assert (error <= bf16_tolerance).all()
+    assert not (error <= 2.0 ** -21 * size + 1e-30).all()        # float32's tolerance, scaled alike: outside
+    # The other side: only the first kept gate, or no gates at all, is outside bfloat16's tolerance.
+    assert not (np.abs(terms[:, 0] - reference) <= bf16_tolerance).all()
+    assert not (np.abs(kept.any(-1)[:, None] * x64 - reference) <= bf16_tolerance).all()
+    # Float32 one-hot tensors would promote the bfloat16 tokens: what the dtype argument avoids.
+    dispatch32, _ = dispatch_and_combine(r, experts, capacity, jnp.float32)
+    assert jnp.einsum("tec,td->ecd", dispatch32, x).dtype == jnp.float32
+
+
 def test_routing_rejects_bad_input():
     with pytest.raises(ValueError, match="logits"):
         top_k_routing(np.zeros(5, np.float32), 1, 1)
@@ -100,7 +134,10 @@ def test_routing_rejects_bad_input():
     with pytest.raises(ValueError, match="capacity"):
         top_k_routing(np.zeros((4, 3), np.float32), 1, 0)
     with pytest.raises(ValueError, match="experts"):
-        dispatch_and_combine(top_k_routing(np.zeros((4, 3), np.float32), 1, 1), 0, 1)
+        dispatch_and_combine(top_k_routing(np.zeros((4, 3), np.float32), 1, 1), 0, 1, np.float32)
+    for dtype in (None, np.int32, bool, "no such dtype"):
+        with pytest.raises(ValueError, match="dtype"):
+            dispatch_and_combine(top_k_routing(np.zeros((4, 3), np.float32), 1, 1), 3, 1, dtype)
 
 
 def test_expert_load():
