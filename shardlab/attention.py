@@ -91,24 +91,27 @@ def _sizes(seq_len, ring, heads, head_dim, dtype_bytes):
 
 
 def ring_attention_memory(seq_len: int, ring: int, *, heads: int, head_dim: int, dtype_bytes: int = 2,
-                          key_tile: int | None = None) -> dict:
-    """Modelled bytes one device holds for one attention layer of ring attention, by component.
+                          key_tile: int | None = None, query_tile: int | None = None) -> dict:
+    """Modelled bytes one device holds for one attention layer of ring attention, forward pass only.
 
     Counted, with ``c = seq_len / ring`` tokens per device and ``e = heads * head_dim``:
     ``"q, k, v, out"``: its own blocks, ``4 c e`` elements of ``dtype_bytes``; ``"k, v arriving"``: the
     next key/value block received while this one is used, ``2 c e``; ``"scores"``: one block of scores
-    in float32 (the probabilities computed in place), ``heads * c * t`` with ``t = c`` keys (the whole block, as a plain
-    implementation computes it) or ``t = key_tile`` (a kernel that walks the block in tiles of keys);
-    ``"softmax state"``: running max, sum and output accumulator in float32, ``c * heads * (2 + head_dim)``.
-    Weights, other layers and what the backward pass keeps are not counted. ``ring=1`` is attention on
-    one device. Returns the components and their ``"total"``, in bytes.
+    in float32 (the probabilities computed in place), ``heads * r * t`` with ``r = c`` queries and
+    ``t = c`` keys (the whole block, as a plain implementation computes it), ``t = key_tile`` (a kernel
+    that walks the block in tiles of keys) and ``r = query_tile`` (one that also takes the queries a tile
+    at a time, as flash-attention kernels do); ``"softmax state"``: running max, sum and output
+    accumulator in float32, ``c * heads * (2 + head_dim)``. Weights, other layers and what the backward
+    pass keeps are not counted. ``ring=1`` is attention on one device. Returns the components and their
+    ``"total"``, in bytes.
     """
     c, heads, head_dim, nbytes = _sizes(seq_len, ring, heads, head_dim, dtype_bytes)
     tile = c if key_tile is None else min(_positive_int("key_tile", key_tile), c)
+    rows = c if query_tile is None else min(_positive_int("query_tile", query_tile), c)
     e = heads * head_dim
     parts = {"q, k, v, out": 4 * c * e * nbytes,
              "k, v arriving": 2 * c * e * nbytes if ring > 1 else 0,
-             "scores": heads * c * tile * 4,
+             "scores": heads * rows * tile * 4,
              "softmax state": c * heads * (2 + head_dim) * 4}
     parts["total"] = sum(parts.values())
     return parts
@@ -138,8 +141,9 @@ def ring_attention_comm(seq_len: int, ring: int, *, heads: int, head_dim: int, d
 
 
 def longest_sequence(ring: int, hbm_bytes: float, *, heads: int, head_dim: int, dtype_bytes: int = 2,
-                     key_tile: int | None = None, multiple: int = 1024) -> int:
-    """The longest sequence, a multiple of ``multiple * ring`` tokens, whose modelled memory
+                     key_tile: int | None = None, query_tile: int | None = None,
+                     multiple: int = 1024) -> int:
+    """The longest sequence, a multiple of ``multiple * ring`` tokens, whose modelled forward-pass memory
     (:func:`ring_attention_memory`, ``"total"``) fits in ``hbm_bytes`` on each device; 0 if none does."""
     ring, multiple = _positive_int("ring", ring), _positive_int("multiple", multiple)
     if isinstance(hbm_bytes, bool) or not isinstance(hbm_bytes, (int, float, np.integer, np.floating)) \
@@ -149,7 +153,7 @@ def longest_sequence(ring: int, hbm_bytes: float, *, heads: int, head_dim: int, 
 
     def fits(k):
         return ring_attention_memory(k * unit, ring, heads=heads, head_dim=head_dim, dtype_bytes=dtype_bytes,
-                                     key_tile=key_tile)["total"] <= hbm_bytes
+                                     key_tile=key_tile, query_tile=query_tile)["total"] <= hbm_bytes
 
     if not fits(1):
         return 0

@@ -86,3 +86,24 @@ def test_longest_sequence_is_the_edge_of_fitting():
     assert longest_sequence(16, hbm, heads=32, head_dim=128) > longest
     with pytest.raises(ValueError, match="hbm_bytes"):
         longest_sequence(8, -1, heads=1, head_dim=1)
+
+
+def test_query_tiles_shrink_the_scores_to_one_tile():
+    c, heads = 256, 2
+    both = ring_attention_memory(1024, 4, heads=heads, head_dim=8, key_tile=64, query_tile=32)
+    assert both["scores"] == heads * 32 * 64 * 4                      # hand count: one 32 x 64 tile per head
+    keys_only = ring_attention_memory(1024, 4, heads=heads, head_dim=8, key_tile=64)
+    assert keys_only["scores"] == heads * c * 64 * 4
+    # the rest is unchanged, and a tile larger than the block is the block
+    assert both["total"] - both["scores"] == keys_only["total"] - keys_only["scores"]
+    assert ring_attention_memory(1024, 4, heads=heads, head_dim=8, key_tile=64,
+                                 query_tile=10**6)["scores"] == keys_only["scores"]
+    with pytest.raises(ValueError, match="query_tile"):
+        ring_attention_memory(1024, 4, heads=heads, head_dim=8, query_tile=0)
+    # tiling queries too lets a longer sequence fit, and the edge still holds
+    hbm = 16e9
+    longest = longest_sequence(1, hbm, heads=32, head_dim=128, key_tile=512, query_tile=512)
+    assert longest > 2 * longest_sequence(1, hbm, heads=32, head_dim=128, key_tile=512)
+    fit = dict(heads=32, head_dim=128, key_tile=512, query_tile=512)
+    assert ring_attention_memory(longest, 1, **fit)["total"] <= hbm
+    assert ring_attention_memory(longest + 1024, 1, **fit)["total"] > hbm
