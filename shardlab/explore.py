@@ -38,6 +38,30 @@ except Exception:  # pragma: no cover - a Pillow without its features module
     PAGE_FORMAT = "png"
 
 
+def _median_cut_bytes(figure, colors: int, *, compact: bool = False, format: str = "png") -> bytes:
+    """The figure as a palette image of at most ``colors`` colours chosen by median cut: a large pale
+    area keeps its own entry (an octree palette merges light greys, such as a pipeline's idle slots,
+    into white). Entries within a few levels of white or black become white or black, as in
+    ``shardlab.display.quantize``."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(png_bytes(figure))).convert("RGB")
+    q = img.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    pal = np.asarray(q.getpalette(), dtype=np.int16).reshape(-1, 3)
+    pal[(pal >= 248).all(axis=1)] = 255
+    pal[(pal <= 6).all(axis=1)] = 0
+    q.putpalette(pal.astype(np.uint8).ravel().tolist())
+    out = io.BytesIO()
+    if format == "webp":
+        q.save(out, format="WEBP", lossless=True, quality=100, method=2 if compact else 0)
+    else:
+        q.save(out, format="PNG", compress_level=9 if compact else 1, optimize=compact)
+    return out.getvalue()
+
+
 def _option_label(v) -> str:
     """How an option reads next to its slider: strings as they are, anything else as str()."""
     return v if isinstance(v, str) else str(v)
@@ -202,7 +226,7 @@ class Explorer:
         if sheet is not None and not self._clear:
             # A sheet knows its colours: map pixels to them instead of searching for a palette.
             return png_bytes(self.figure, palette=sheet.key_colors)
-        return png_bytes(self.figure, colors=LIVE_COLORS)
+        return _median_cut_bytes(self.figure, LIVE_COLORS)
 
     def _refresh(self):
         data = self.render()
@@ -256,7 +280,7 @@ class Explorer:
                     alt = f"{title}: {message}" if title else message
                 else:
                     with _TextSizes() as seen:
-                        data = png_bytes(self.figure, colors=PAGE_COLORS, compact=True, format=PAGE_FORMAT)
+                        data = _median_cut_bytes(self.figure, PAGE_COLORS, compact=True, format=PAGE_FORMAT)
                     smallest = min([smallest] + seen.sizes)
                     alt = figure_alt(self.figure)
                 if data not in unique:

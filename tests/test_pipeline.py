@@ -194,3 +194,31 @@ def test_schedule_labels_only_where_they_fit():
     assert len(draw_schedule(gpipe_schedule(2, 2), labels=False).axes[0].texts) == 0
     with pytest.raises(ValueError, match="labels"):
         draw_schedule(gpipe_schedule(2, 2), labels="yes")
+
+
+@pytest.mark.parametrize("make", [lambda: gpipe_schedule(8, 16), lambda: one_f_one_b_schedule(4, 8),
+                                  lambda: circular_schedule(2, 4, 2)])
+def test_idle_slots_stay_grey_in_explorer_frames(make):
+    """An explorer quantises its frames to a small palette; the idle slots' light grey (#e6e6e6) must
+    survive it, not turn white, in the page's frames and the live view alike."""
+    import io
+
+    from PIL import Image
+
+    from shardlab.explore import explorer
+
+    sched = make()
+
+    def draw(fig, n):
+        draw_schedule(sched, ax=fig.add_axes((0.12, 0.25, 0.86, 0.62)))
+
+    ex = explorer({"n": [0]}, draw, figsize=(7, 4.4))
+    idle = int((sched.phase == IDLE).sum())
+    assert idle > 0
+    for data in (ex.frames()[1][0], ex.render()):
+        rgb = np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).astype(int)
+        grey = (np.abs(rgb - 230) <= 4).all(axis=2)            # the idle fill, within a few levels
+        white = (rgb == 255).all(axis=2)
+        # Idle cells cover a sizeable area of the frame (each slot is at least a few hundred pixels).
+        assert grey.sum() > 200 * idle, (grey.sum(), idle)
+        assert white.sum() > grey.sum()                       # the background stays white
