@@ -29,7 +29,7 @@ from shardlab.strategies import (STRATEGIES, MLPSizes, Transfer, compute_bound_f
                                  mlp_pass_flops, mlp_transfers, phase_of, step_times)
 from shardlab.overlap import AsyncWindow, ScheduledOp, async_windows, ring_matmul_time, scheduled_order
 from shardlab.pipeline import (Schedule, bubble_fraction, bubble_model, circular_schedule, draw_schedule,
-                               gpipe_schedule, in_flight, one_f_one_b_schedule)
+                               gpipe_schedule, in_flight, one_f_one_b_schedule, zero_bubble_schedule)
 from shardlab.backward import (LoopedCollective, StepCollectives, Transpose, TransposeTable, collectives_per_step,
                                split_microbatches, transpose_table, transposed_collectives)
 from shardlab.experts import Routing, dispatch_and_combine, expert_capacity, expert_load, top_k_routing
@@ -70,7 +70,7 @@ __all__ = [
     "scheduled_order", "async_windows", "ScheduledOp", "AsyncWindow", "ring_matmul_time",
     # pipeline schedules: which microbatch each stage works on, the bubble, the picture
     "Schedule", "gpipe_schedule", "one_f_one_b_schedule", "circular_schedule", "bubble_fraction", "bubble_model",
-    "in_flight", "draw_schedule",
+    "in_flight", "draw_schedule", "zero_bubble_schedule",
     # the backward pass: forward collective -> backward collective, collectives per step with loops
     "transposed_collectives", "transpose_table", "Transpose", "TransposeTable", "collectives_per_step",
     "StepCollectives", "LoopedCollective", "split_microbatches",

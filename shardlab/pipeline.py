@@ -14,6 +14,12 @@ behind the bubble formulas). A stage holding ``virtual`` chunks does a microbatc
 * :func:`circular_schedule`: each stage holds ``virtual`` chunks of layers that are not adjacent in the
   model (stage ``s`` holds layers ``s, s + S, s + 2S, ...``) and a microbatch goes round the ring of
   stages ``virtual`` times; its bubble is smaller, ``(S - 1) / (virtual * M + S - 1)``.
+* :func:`zero_bubble_schedule`: ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism"): the backward pass
+  split into the input gradient ``B`` (which the previous stage waits for) and the weight gradient ``W``
+  (which nobody waits for), each as long as a forward pass ``F``; 1F1B's order with ``W`` passes held back
+  to fill the cool-down. Its bubble is ``(S - 1) / (3M + S - 1)``, a third of 1F1B's idle time, with the
+  same most microbatches in flight as 1F1B's first stage. ``one_f_one_b_schedule(..., split=True)`` is
+  1F1B drawn in the same units (each backward pass a ``B`` slot then a ``W`` slot).
 
 Nothing here needs JAX: these are tables, counted and drawn.
 """
@@ -26,10 +32,10 @@ import numpy as np
 
 from shardlab.arguments import positive_int as _positive
 
-__all__ = ["Schedule", "gpipe_schedule", "one_f_one_b_schedule", "circular_schedule", "bubble_fraction",
-           "bubble_model", "in_flight", "draw_schedule"]
+__all__ = ["Schedule", "gpipe_schedule", "one_f_one_b_schedule", "circular_schedule", "zero_bubble_schedule",
+           "bubble_fraction", "bubble_model", "in_flight", "draw_schedule"]
 
-IDLE, FORWARD, BACKWARD = 0, 1, 2
+IDLE, FORWARD, BACKWARD, WEIGHT = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,7 +43,9 @@ class Schedule:
     """A pipeline schedule: three ``(stages, steps)`` integer tables.
 
     ``phase[s, t]`` is 0 (idle), 1 (forward) or 2 (backward); ``microbatch[s, t]`` and ``chunk[s, t]``
-    say which microbatch and which of the stage's chunks of layers the slot works on (-1 when idle).
+    say which microbatch and which of the stage's chunks of layers the slot works on (-1 when idle). In a
+    schedule whose backward pass is split (:func:`zero_bubble_schedule`, ``one_f_one_b_schedule(...,
+    split=True)``), 2 is the input gradient ``B`` and 3 (``WEIGHT``) the weight gradient ``W``.
     """
 
     name: str
@@ -114,22 +122,12 @@ def gpipe_schedule(stages: int, microbatches: int) -> Schedule:
     return circular_schedule(stages, microbatches, virtual=1)
 
 
-def one_f_one_b_schedule(stages: int, microbatches: int) -> Schedule:
-    """1F1B (one forward, one backward): stage ``s`` runs ``min(stages - 1 - s, microbatches)`` forward
-    passes, then alternates one forward and one backward pass, then finishes the backward passes.
-
-    Each pass starts as soon as its stage is free and its input is ready (the previous stage's forward
-    pass of that microbatch, or the next stage's backward pass), each taking one step.
-    """
-    stages, microbatches = _positive("stages", stages), _positive("microbatches", microbatches)
-    orders = []
-    for s in range(stages):
-        warm = min(stages - 1 - s, microbatches)
-        order = [(FORWARD, m) for m in range(warm)]
-        for i in range(microbatches - warm):
-            order += [(FORWARD, warm + i), (BACKWARD, i)]
-        order += [(BACKWARD, m) for m in range(microbatches - warm, microbatches)]
-        orders.append(order)
+def _in_order(name, stages, microbatches, orders, grad_after) -> Schedule:
+    """Run each stage's list of passes in its order, each pass as soon as its stage is free and its input is
+    ready, every pass one step: a forward pass needs the previous stage's forward pass of that microbatch;
+    a backward pass ``B`` the next stage's pass ``grad_after`` (``BACKWARD`` or ``WEIGHT``: the pass after
+    which the next stage sends the input's gradient), or on the last stage its own forward pass; a weight
+    gradient ``W`` the stage's own ``B``. Something made at the end of step ``t`` is usable at ``t + 1``."""
     done = {}                      # (phase, stage, microbatch) -> the step it ends at
     free, nxt = [0] * stages, [0] * stages
     while any(nxt[s] < len(orders[s]) for s in range(stages)):
@@ -140,21 +138,82 @@ def one_f_one_b_schedule(stages: int, microbatches: int) -> Schedule:
             phase, m = orders[s][nxt[s]]
             if phase == FORWARD:
                 needs = (FORWARD, s - 1, m) if s > 0 else None
+            elif phase == BACKWARD:
+                needs = (grad_after, s + 1, m) if s < stages - 1 else (FORWARD, s, m)
             else:
-                needs = (BACKWARD, s + 1, m) if s < stages - 1 else (FORWARD, s, m)
+                needs = (BACKWARD, s, m)
             if needs is not None and needs not in done:
                 continue
             start = max(free[s], done[needs] if needs is not None else 0)
             done[(phase, s, m)] = free[s] = start + 1
             nxt[s] += 1
             progressed = True
-        assert progressed, "1F1B: a schedule that cannot proceed"
+        assert progressed, f"{name}: a schedule that cannot proceed"
     steps = max(done.values())
     phase = np.zeros((stages, steps), int)
     mb = np.full((stages, steps), -1)
     for (p, s, m), end in done.items():
         phase[s, end - 1], mb[s, end - 1] = p, m
-    return Schedule("1F1B", stages, microbatches, 1, phase, mb, np.where(mb >= 0, 0, -1))
+    return Schedule(name, stages, microbatches, 1, phase, mb, np.where(mb >= 0, 0, -1))
+
+
+def one_f_one_b_schedule(stages: int, microbatches: int, *, split: bool = False) -> Schedule:
+    """1F1B (one forward, one backward): stage ``s`` runs ``min(stages - 1 - s, microbatches)`` forward
+    passes, then alternates one forward and one backward pass, then finishes the backward passes.
+
+    Each pass starts as soon as its stage is free and its input is ready (the previous stage's forward
+    pass of that microbatch, or the next stage's backward pass), each taking one step. ``split=True``
+    draws each backward pass as two steps, the input gradient ``B`` then the weight gradient ``W``, sent
+    to the previous stage after both (one pass that computes both, as a ``jax.vjp`` does): the units of
+    :func:`zero_bubble_schedule`, where ``F``, ``B`` and ``W`` each take one step.
+    """
+    stages, microbatches = _positive("stages", stages), _positive("microbatches", microbatches)
+    if split not in (True, False):
+        raise ValueError(f"split must be True or False, got {split!r}")
+    backward = [(BACKWARD,), (BACKWARD, WEIGHT)][split]
+    orders = []
+    for s in range(stages):
+        warm = min(stages - 1 - s, microbatches)
+        order = [(FORWARD, m) for m in range(warm)]
+        for i in range(microbatches - warm):
+            order += [(FORWARD, warm + i)] + [(p, i) for p in backward]
+        order += [(p, m) for m in range(microbatches - warm, microbatches) for p in backward]
+        orders.append(order)
+    return _in_order("1F1B", stages, microbatches, orders, WEIGHT if split else BACKWARD)
+
+
+def zero_bubble_schedule(stages: int, microbatches: int) -> Schedule:
+    """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2024): each backward pass split into the input
+    gradient ``B`` (phase ``BACKWARD``), sent to the previous stage as soon as it is done, and the weight
+    gradient ``W`` (phase ``WEIGHT``), which no other pass waits for; ``F``, ``B`` and ``W`` each take one
+    step.
+
+    Stage ``s`` runs 1F1B's order (``min(stages - 1 - s, microbatches)`` forward passes, then one forward
+    and one ``B`` in turn) and lets at most ``s`` ``W`` passes wait behind their ``B``: the later stages send
+    their gradients back sooner, and the held-back ``W`` passes fill the cool-down. With
+    ``microbatches >= stages`` the step lasts ``3M + S - 1`` steps, bubble ``(S - 1) / (3M + S - 1)``: every
+    stage idles ``S - 1`` steps, against ``3(S - 1)`` for 1F1B in the same units, and ``S - 1`` is the least
+    any schedule of one step can idle (the last stage waits that long for its first input). Each stage keeps
+    at most ``stages`` microbatches in flight, from ``F`` to ``W``: 1F1B's first stage's number.
+    """
+    stages, microbatches = _positive("stages", stages), _positive("microbatches", microbatches)
+    if microbatches < stages:
+        raise ValueError(f"zero_bubble_schedule: microbatches must be at least stages ({stages}), got "
+                         f"{microbatches}")
+    orders = []
+    for s in range(stages):
+        warm = stages - 1 - s
+        order = [(FORWARD, m) for m in range(warm)]
+        backward = [(FORWARD, warm + i) for i in range(microbatches - warm)] + [None] * warm
+        w_next = 0
+        for i, f in enumerate(backward):
+            order += ([f] if f else []) + [(BACKWARD, i)]
+            if i + 1 - w_next > s:              # more than s W passes waiting: run the oldest
+                order.append((WEIGHT, w_next))
+                w_next += 1
+        order += [(WEIGHT, m) for m in range(w_next, microbatches)]
+        orders.append(order)
+    return _in_order("ZB-H1", stages, microbatches, orders, BACKWARD)
 
 
 def bubble_fraction(schedule: Schedule) -> float:
@@ -176,10 +235,13 @@ def bubble_model(stages: int, microbatches: int, virtual: int = 1) -> float:
 
 def in_flight(schedule: Schedule) -> np.ndarray:
     """Per stage, the most microbatches whose forward pass has run there and whose backward pass has
-    not yet (counted over chunks, divided by ``virtual``): the activations the stage must keep."""
+    not yet (counted over chunks, divided by ``virtual``): the activations the stage must keep. With a
+    split backward pass a microbatch is in flight until its weight gradient ``W`` (which needs the
+    stage's input too)."""
     if not isinstance(schedule, Schedule):
         raise ValueError(f"schedule must be a shardlab Schedule, got {type(schedule).__name__}")
-    delta = (schedule.phase == FORWARD).astype(int) - (schedule.phase == BACKWARD).astype(int)
+    last = WEIGHT if (schedule.phase == WEIGHT).any() else BACKWARD
+    delta = (schedule.phase == FORWARD).astype(int) - (schedule.phase == last).astype(int)
     return np.cumsum(delta, axis=1).max(axis=1) / schedule.virtual
 
 
@@ -200,7 +262,8 @@ def draw_schedule(schedule: Schedule, ax=None, *, title: str | None = None, labe
     """Draw a schedule: stages down, time across, one cell per slot.
 
     A forward slot is filled with the microbatch's colour (``shardlab.PALETTE``), a backward slot
-    filled with a pale tint of it and hatched, an idle slot shaded grey. Cells are labelled with the
+    filled with a pale tint of it and hatched, a weight-gradient slot ``W`` (a split backward pass) a
+    pale tint, dotted, an idle slot shaded grey. Cells are labelled with the
     microbatch (and, with several chunks, the chunk as a letter: ``3b`` is microbatch 3 in the stage's
     second chunk, written on two lines where the slot is narrow). Time is in units of one stage's whole
     pass: a slot of a ``virtual=2`` schedule is half as wide. Text is at least 9 pt as a page displays
@@ -218,10 +281,12 @@ def draw_schedule(schedule: Schedule, ax=None, *, title: str | None = None, labe
     if labels not in (None, True, False):
         raise ValueError(f"draw_schedule: labels must be None, True or False, got {labels!r}")
     S, T, V = schedule.stages, schedule.steps, schedule.virtual
+    split = bool((schedule.phase == WEIGHT).any())
     if title is None:
+        kinds = ("filled: forward F, hatched: input gradient B, dotted: weight gradient W" if split else
+                 "filled: forward, pale and hatched: backward")
         title = (f"{schedule.name}: {S} stages, {schedule.microbatches} microbatches, "
-                 f"bubble {bubble_fraction(schedule):.1%} (filled: forward, pale and hatched: backward, "
-                 "grey: idle)")
+                 f"bubble {bubble_fraction(schedule):.1%} ({kinds}, grey: idle)")
     fig = None
     row_in = 0.42
     if ax is None:
@@ -249,8 +314,8 @@ def draw_schedule(schedule: Schedule, ax=None, *, title: str | None = None, labe
     stacked = V > 1 and not fits(longest) and row_pt >= 2.4 * _LABEL_PT
     if labels is None:
         labels = fits(longest) or (stacked and fits(longest[:-1]))
-    boxes = {IDLE: [], FORWARD: [], BACKWARD: []}
-    colours = {IDLE: [], FORWARD: [], BACKWARD: []}
+    boxes = {IDLE: [], FORWARD: [], BACKWARD: [], WEIGHT: []}
+    colours = {IDLE: [], FORWARD: [], BACKWARD: [], WEIGHT: []}
     for s in range(S):
         for t in range(T):
             p, m, c = schedule.phase[s, t], schedule.microbatch[s, t], schedule.chunk[s, t]
@@ -264,13 +329,15 @@ def draw_schedule(schedule: Schedule, ax=None, *, title: str | None = None, labe
     ax.add_collection(PatchCollection(boxes[IDLE], facecolors=colours[IDLE], edgecolors="white", linewidths=0.5))
     ax.add_collection(PatchCollection(boxes[FORWARD], facecolors=colours[FORWARD], edgecolors="white",
                                       linewidths=0.5))
-    pale = [tuple(0.35 * np.array(rgb) + 0.65) for rgb in colours[BACKWARD]]
-    ax.add_collection(PatchCollection(boxes[BACKWARD], facecolors=pale, edgecolors=colours[BACKWARD],
-                                      linewidths=0.5, hatch="///"))
+    for kind, hatch in ((BACKWARD, "///"), (WEIGHT, "..")):
+        pale = [tuple(0.35 * np.array(rgb) + 0.65) for rgb in colours[kind]]
+        ax.add_collection(PatchCollection(boxes[kind], facecolors=pale, edgecolors=colours[kind],
+                                          linewidths=0.5, hatch=hatch))
     ax.set_xlim(0, T * width)
     ax.set_ylim(S, 0)
     ax.set_yticks([s + 0.5 for s in range(S)], [f"stage {s}" for s in range(S)], fontsize=_TICK_PT * k)
-    ax.set_xlabel("time (one stage's pass of one microbatch = 1)", fontsize=_TICK_PT * k)
+    unit = "one pass, F, B or W," if split else "one stage's pass of one microbatch"
+    ax.set_xlabel(f"time ({unit} = 1)", fontsize=_TICK_PT * k)
     ax.tick_params(axis="x", labelsize=_TICK_PT * k)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from shardlab.pipeline import (BACKWARD, FORWARD, IDLE, Schedule, bubble_fraction, bubble_model, circular_schedule,
-                               draw_schedule, gpipe_schedule, in_flight, one_f_one_b_schedule)
+from shardlab.pipeline import (BACKWARD, FORWARD, IDLE, WEIGHT, Schedule, bubble_fraction, bubble_model,
+                               circular_schedule, draw_schedule, gpipe_schedule, in_flight, one_f_one_b_schedule,
+                               zero_bubble_schedule)
 
 SIZES = [(1, 1), (2, 1), (2, 5), (4, 4), (4, 8), (8, 16), (3, 7)]
 
@@ -132,7 +133,9 @@ def test_backward_mirrors_forward():
 
 @pytest.mark.parametrize("call", [lambda: gpipe_schedule(0, 4), lambda: gpipe_schedule(4, 2.5),
                                   lambda: one_f_one_b_schedule(2, -1), lambda: circular_schedule(4, 6, 2),
-                                  lambda: circular_schedule(4, 8, 0), lambda: bubble_model(True, 4)])
+                                  lambda: circular_schedule(4, 8, 0), lambda: bubble_model(True, 4),
+                                  lambda: zero_bubble_schedule(4, 3), lambda: zero_bubble_schedule(0, 3),
+                                  lambda: one_f_one_b_schedule(2, 2, split="yes")])
 def test_bad_sizes_are_refused(call):
     with pytest.raises(ValueError):
         call()
@@ -172,8 +175,9 @@ def _smallest_displayed_pt(fig):
     return min(sizes) * shown_in / fig.get_size_inches()[0]
 
 
-@pytest.mark.parametrize("sched", [gpipe_schedule(4, 8), circular_schedule(4, 8, 2), one_f_one_b_schedule(8, 32)],
-                         ids=["gpipe", "circular", "long"])
+@pytest.mark.parametrize("sched", [gpipe_schedule(4, 8), circular_schedule(4, 8, 2), one_f_one_b_schedule(8, 32),
+                                   zero_bubble_schedule(4, 8), one_f_one_b_schedule(4, 8, split=True)],
+                         ids=["gpipe", "circular", "long", "zb-h1", "1f1b-split"])
 def test_schedule_text_is_at_least_9_pt_as_displayed(sched):
     fig = draw_schedule(sched)
     assert fig.get_size_inches()[0] <= 7.0
@@ -222,3 +226,113 @@ def test_idle_slots_stay_grey_in_explorer_frames(make):
         # Idle cells cover a sizeable area of the frame (each slot is at least a few hundred pixels).
         assert grey.sum() > 200 * idle, (grey.sum(), idle)
         assert white.sum() > grey.sum()                       # the background stays white
+
+
+# The split backward pass: F, B (input gradient) and W (weight gradient), one step each.
+
+SPLIT_SIZES = [(1, 1), (1, 3), (2, 2), (2, 5), (3, 3), (3, 7), (4, 4), (4, 8), (8, 16), (5, 12)]
+
+
+def replay(sched: Schedule, grad_after: int) -> np.ndarray:
+    """A brute-force clock: keep only each stage's order of passes, then tick by tick start every stage's next
+    pass whose input was made at an earlier tick. Returns the phase table this gives."""
+    S = sched.stages
+    orders = [[(p, m) for p, m in zip(sched.phase[s], sched.microbatch[s]) if p != IDLE] for s in range(S)]
+    finished = {}                      # (phase, stage, microbatch) -> tick it ran at
+    rows = [[] for _ in range(S)]
+    tick = 0
+    while any(orders):
+        ran = []
+        for s in range(S):
+            if not orders[s]:
+                continue
+            p, m = orders[s][0]
+            need = {FORWARD: (FORWARD, s - 1, m) if s else None,
+                    BACKWARD: (grad_after, s + 1, m) if s < S - 1 else (FORWARD, s, m),
+                    WEIGHT: (BACKWARD, s, m)}[p]
+            if need is None or finished.get(need, tick) < tick:
+                ran.append((p, s, m))
+                orders[s].pop(0)
+                rows[s].append(p)
+            else:
+                rows[s].append(IDLE)
+        for p, s, m in ran:
+            finished[(p, s, m)] = tick
+        tick += 1
+        assert tick < 10 * sched.phase.size
+    width = max(map(len, rows))
+    return np.array([r + [IDLE] * (width - len(r)) for r in rows])
+
+
+def split_passes_hold(sched: Schedule, grad_after: int):
+    """Each stage runs F, B and W of each microbatch once; each pass after what it needs."""
+    when = {}
+    for s in range(sched.stages):
+        for t in range(sched.steps):
+            if sched.phase[s, t] != IDLE:
+                key = (sched.phase[s, t], s, sched.microbatch[s, t])
+                assert key not in when
+                when[key] = t
+    assert len(when) == 3 * sched.stages * sched.microbatches
+    S = sched.stages
+    for (p, s, m), t in when.items():
+        if p == FORWARD and s > 0:
+            assert when[(FORWARD, s - 1, m)] < t
+        if p == BACKWARD:
+            assert when[(grad_after, s + 1, m) if s < S - 1 else (FORWARD, s, m)] < t
+        if p == WEIGHT:
+            assert when[(BACKWARD, s, m)] < t
+
+
+@pytest.mark.parametrize("stages,microbatches", SPLIT_SIZES)
+def test_zero_bubble_idles_a_third_of_1f1b(stages, microbatches):
+    zb = zero_bubble_schedule(stages, microbatches)
+    ofob = one_f_one_b_schedule(stages, microbatches, split=True)
+    split_passes_hold(zb, BACKWARD)                 # B is sent on as soon as it is done
+    split_passes_hold(ofob, WEIGHT)                 # 1F1B's backward is sent after B and W
+    # Each pass starts as soon as its stage's order and its input allow (a separate tick-by-tick clock):
+    assert np.array_equal(replay(zb, BACKWARD), zb.phase)
+    assert np.array_equal(replay(ofob, WEIGHT), ofob.phase)
+    S, M = stages, microbatches
+    # Hand count: 3M passes per stage; 1F1B idles 3(S - 1) steps per stage (a backward pass is B + W),
+    # ZB-H1 S - 1, the least possible: the last stage's first input comes after S - 1 forward passes.
+    assert ofob.steps == 3 * (M + S - 1) and zb.steps == 3 * M + S - 1
+    assert ((ofob.phase == IDLE).sum(axis=1) == 3 * (S - 1)).all()
+    assert ((zb.phase == IDLE).sum(axis=1) == S - 1).all()
+    assert np.flatnonzero(zb.phase[-1])[0] == S - 1
+    assert ofob.bubble == pytest.approx(bubble_model(S, M)) == pytest.approx(gpipe_schedule(S, M).bubble)
+    assert zb.bubble == pytest.approx((S - 1) / (3 * M + S - 1))
+    # In flight from F to W: ZB-H1 holds no more than 1F1B's first stage does.
+    assert in_flight(ofob).tolist() == [S - s for s in range(S)]
+    assert in_flight(zb).max() == S
+    # Unsplit 1F1B is the split one with each B + W drawn as one slot: same order of passes.
+    plain = one_f_one_b_schedule(S, M)
+    merged = [[(p, m) for p, m in zip(ofob.phase[s], ofob.microbatch[s]) if p in (FORWARD, BACKWARD)]
+              for s in range(S)]
+    assert merged == [[(p, m) for p, m in zip(plain.phase[s], plain.microbatch[s]) if p != IDLE]
+                      for s in range(S)]
+
+
+def test_zero_bubble_by_hand():
+    # 2 stages, 2 microbatches, worked by hand: stage 1 holds one W back (B0 before W0), so stage 0's
+    # B1 comes a step sooner than 1F1B's; 7 steps = 3 * 2 + 1.
+    zb = zero_bubble_schedule(2, 2)
+    F, B, W, _ = FORWARD, BACKWARD, WEIGHT, IDLE
+    assert zb.phase.tolist() == [[F, F, _, B, W, B, W], [_, F, B, F, B, W, W]]
+    assert zb.microbatch.tolist() == [[0, 1, -1, 0, 0, 1, 1], [-1, 0, 0, 1, 1, 0, 1]]
+    # 4 stages, 8 microbatches: idle slots 24 of 88 (GPipe), 36 of 132 (1F1B, split), 12 of 108 (ZB-H1).
+    for sched, idle, slots in ((gpipe_schedule(4, 8), 24, 88), (one_f_one_b_schedule(4, 8, split=True), 36, 132),
+                               (zero_bubble_schedule(4, 8), 12, 108)):
+        assert ((sched.phase == IDLE).sum(), sched.phase.size) == (idle, slots)
+
+
+def test_draw_split_schedule():
+    sched = zero_bubble_schedule(4, 8)
+    fig = draw_schedule(sched)
+    ax = fig.axes[0]
+    assert sum(len(c.get_paths()) for c in ax.collections) == sched.stages * sched.steps
+    hatches = sorted(c.get_hatch() or "" for c in ax.collections)
+    assert hatches == ["", "", "..", "///"]
+    assert "weight gradient W" in ax.get_title().replace("\n", " ")
+    assert ax.get_xlabel() == "time (one pass, F, B or W, = 1)"
+    assert len(ax.texts) == 3 * 4 * 8
