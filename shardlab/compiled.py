@@ -488,15 +488,28 @@ class CollectiveReport(Sequence):
             return [[self.device_ids[s], self.device_ids[t]] for s, t in collective.source_target_pairs]
         return [[self.device_ids[p] for p in g] for g in collective.replica_groups]
 
+    @property
+    def host_collective_calls(self) -> int:
+        """How many ``MegaScaleCollective*`` custom-calls the program's host computations hold: XLA:TPU
+        writes a collective run by the hosts (a gather into host memory) that way. Not counted as
+        collectives, and given no bytes."""
+        return _host_collective_calls(self.hlo_text)
+
     def summary(self) -> str:
         """One line: how many collectives of which kinds, and the modelled bytes each device sends."""
+        host = self.host_collective_calls
         if not self._items:
+            if host:
+                return (f"No collectives between the devices, but {host} host-side collective "
+                        f"custom-call{'s' if host > 1 else ''} (MegaScaleCollective*), not counted.")
             return "No collectives: every device computes on its own data."
         kinds = ", ".join(f"{k} \u00d7{v}" if v > 1 else k for k, v in self.kinds().items())
         many = "collective" if len(self) == 1 else "collectives"
         models = "ring model" + ("; all-to-all: direct exchange" if "all-to-all" in self.kinds() else "")
+        plus = (f" Plus {host} host-side collective custom-call{'s' if host > 1 else ''} "
+                "(MegaScaleCollective*), not counted.") if host else ""
         return (f"{len(self)} {many} ({kinds}); each device sends "
-                f"{_fmt_bytes(self.total_bytes_per_device)} bytes ({models}).")
+                f"{_fmt_bytes(self.total_bytes_per_device)} bytes ({models}).{plus}")
 
     def _rows(self):
         return [(c.kind, c._shapes_text(), c.dtype, c.groups_text(), _fmt_bytes(c.bytes_per_device))
@@ -531,6 +544,22 @@ class CollectiveReport(Sequence):
 # --------------------------------------------------------------------------
 # Reading a module
 # --------------------------------------------------------------------------
+
+def _host_collective_calls(text: str) -> int:
+    """The ``MegaScaleCollective*`` custom-calls inside computations marked ``execution_thread="host"``."""
+    count, inside = 0, 0
+    for raw in text.splitlines():
+        line = _COMMENT_RE.sub("", raw)
+        if _COMPUTATION_RE.match(line):
+            inside = 0
+        elif line.startswith("}"):
+            if 'execution_thread="host"' in line:
+                count += inside
+            inside = 0
+        elif re.search(r'custom_call_target="MegaScaleCollective\w*"', line):
+            inside += 1
+    return count
+
 
 def _header_devices(text: str) -> int | None:
     m = re.search(r"^\s*HloModule\b[^\n]*", text, re.M)

@@ -5,6 +5,8 @@ import shardlab
 
 DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
 
+import importlib.util  # noqa: E402
+import re  # noqa: E402
 from collections import Counter  # noqa: E402
 from fractions import Fraction  # noqa: E402
 
@@ -639,3 +641,69 @@ def test_traffic_ignores_instruction_names():
     a = collectives_in_text("%all-reduce = f32[8]{0} all-reduce(f32[8]{0} %p), replica_groups={{0,1}}, to_apply=%add")
     b = collectives_in_text("%psum.7 = f32[8]{0} all-reduce(f32[8]{0} %q), replica_groups={{0,1}}, to_apply=%add")
     assert a != b and a.traffic() == b.traffic() == [("all-reduce", (8,), (8,), [[0, 1]], 32)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Collectives the hosts run: XLA:TPU's gather into host memory
+# ----------------------------------------------------------------------------------------------
+
+HOST_GATHER = """HloModule m, num_partitions=8
+
+%on_host (q: f32[1,2,2]) -> f32[8,2,2] {
+  %q = f32[1,2,2]{2,1,0} parameter(0)
+  %t = token[] after-all()
+  %in = f32[1,2,2]{2,1,0} custom-call(%q, %t), custom_call_target="MegaScaleCollectiveInputStart", custom_call_has_side_effect=true
+  %ind = s32[] custom-call(%in), custom_call_target="MegaScaleCollectiveInputDone", custom_call_has_side_effect=true
+  %out = f32[8,2,2]{2,1,0} custom-call(%t), custom_call_target="MegaScaleCollectiveOutputStart", custom_call_has_side_effect=true
+  ROOT %outd = f32[8,2,2]{2,1,0} custom-call(%out, %ind), custom_call_target="MegaScaleCollectiveOutputDone", custom_call_has_side_effect=true
+}, execution_thread="host"
+
+ENTRY %e (p: f32[1,2,2]) -> f32[8,2,2] {
+  %p = f32[1,2,2]{2,1,0} parameter(0)
+  ROOT %r = f32[8,2,2]{2,1,0} call(%p), to_apply=%on_host
+}
+"""
+
+
+def test_host_side_collective_custom_calls_are_named_not_counted():
+    xla_accepts(HOST_GATHER)
+    report = collectives_in_text(HOST_GATHER)
+    assert len(report) == 0 and report.total_bytes_per_device == 0
+    assert report.host_collective_calls == 4                      # counted by hand in the text
+    assert report.summary() == ("No collectives between the devices, but 4 host-side collective "
+                                "custom-calls (MegaScaleCollective*), not counted.")
+    # The same custom-calls outside a host computation are not host-side; a program without them
+    # keeps the plain sentence.
+    on_device = HOST_GATHER.replace(', execution_thread="host"', "")
+    xla_accepts(on_device)
+    assert collectives_in_text(on_device).host_collective_calls == 0
+    assert collectives_in_text(module("ROOT r = f32[16,8]{1,0} negate(p)")).summary() == \
+        "No collectives: every device computes on its own data."
+    # Next to a counted collective, the summary adds them.
+    with_reduce = HOST_GATHER.replace(
+        "ROOT %r = f32[8,2,2]{2,1,0} call(%p), to_apply=%on_host",
+        "%r = f32[8,2,2]{2,1,0} call(%p), to_apply=%on_host\n"
+        "  ROOT %s = f32[8,2,2]{2,1,0} all-reduce(%r), replica_groups={{0,1,2,3,4,5,6,7}}, "
+        "to_apply=%add").replace("\n%on_host", "\n" + ADD.replace("add {", "%add {") + "\n%on_host")
+    xla_accepts(with_reduce)
+    both = collectives_in_text(with_reduce)
+    assert both.kinds() == Counter({"all-reduce": 1}) and both.host_collective_calls == 4
+    assert both.summary().endswith(" Plus 4 host-side collective custom-calls "
+                                   "(MegaScaleCollective*), not counted.")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu to compile for a TPU")
+def test_xla_tpu_gathers_into_host_memory_with_host_side_collectives():
+    with shardlab.compiling_for_tpu():
+        m = shardlab.target_mesh("v5e-8", (2, 4), ("x", "y"))
+        x = jax.ShapeDtypeStruct((4, 8), jnp.float32, sharding=NamedSharding(m, P("x", "y")))
+        whole = NamedSharding(m, P(), memory_kind="pinned_host")
+        text = shardlab.compile_for(jax.jit(lambda v: v, out_shardings=whole), x).text
+    report = collectives_in_text(text)
+    # XLA's own text, read independently of shardlab: the host computations' custom-call targets.
+    host_bodies = [body for body, after in zip(text.split("\n}"), text.split("\n}")[1:])
+                   if after.startswith(', execution_thread="host"')]
+    targets = Counter(t for body in host_bodies for t in re.findall(r'custom_call_target="(\w+)"', body))
+    mega = sum(v for t, v in targets.items() if t.startswith("MegaScaleCollective"))
+    assert mega >= 1 and report.host_collective_calls == mega
+    assert len(report) == 0 and "host-side collective" in report.summary()
