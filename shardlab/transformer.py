@@ -60,21 +60,38 @@ def _check_config(config):
         raise ValueError(f"config must be a TransformerConfig, got {type(config).__name__}")
 
 
-def init_params(config: TransformerConfig, seed: int = 0, dtype=np.float32) -> dict:
-    """The model's parameters as NumPy arrays (nothing compiled, nothing placed yet)."""
+def init_params(config: TransformerConfig, key=0, dtype=None) -> dict:
+    """The model's parameters, drawn with ``jax.random`` from ``key`` (a PRNG key, or an int seed).
+
+    Pure JAX, so that it can be compiled with the parameters' shardings as its outputs,
+    ``jax.jit(lambda k: init_params(config, k), out_shardings=...)(key)``: each device then creates only
+    its own shards, and the whole model never exists in one place. JAX's random bits do not depend on
+    the sharding (``jax_threefry_partitionable``), so every layout starts from the same values. Weight
+    matrices are normal with variance ``1 / fan_in`` (the blocks' output projections scaled down by
+    ``2 * layers``), layer-norm scales are ones. ``dtype`` defaults to float32.
+    """
+    import jax
+    import jax.numpy as jnp
+
     _check_config(config)
-    rng = np.random.default_rng(seed)
+    dtype = jnp.float32 if dtype is None else dtype
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        key = jax.random.key(int(key))
+    elif not (isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)):
+        raise ValueError(f"init_params: key must be an int seed or a jax.random.key, got {key!r}")
     d, h, k, f = config.d_model, config.heads, config.head_dim, config.d_ff
+    keys = iter(jax.random.split(key, 3 + 6 * config.layers))
 
-    def normal(shape, fan_in):
-        return (rng.normal(size=shape) / math.sqrt(fan_in)).astype(dtype)
+    def normal(shape, fan_in, scale=1.0):
+        return (jax.random.normal(next(keys), shape, jnp.float32) * (scale / math.sqrt(fan_in))).astype(dtype)
 
-    blocks = [{"ln1": np.ones(d, dtype), "wq": normal((d, h, k), d), "wk": normal((d, h, k), d),
-               "wv": normal((d, h, k), d), "wo": normal((h, k, d), d) / (2 * config.layers),
-               "ln2": np.ones(d, dtype), "w_in": normal((d, f), d), "w_out": normal((f, d), f) / (2 * config.layers)}
+    ones = lambda: jnp.ones(d, dtype)   # a new array each: a tree of distinct buffers (donatable)
+    embed, pos = normal((config.vocab, d), 1), normal((config.seq, d), 1, 0.25)
+    blocks = [{"ln1": ones(), "wq": normal((d, h, k), d), "wk": normal((d, h, k), d),
+               "wv": normal((d, h, k), d), "wo": normal((h, k, d), d, 1 / (2 * config.layers)),
+               "ln2": ones(), "w_in": normal((d, f), d), "w_out": normal((f, d), f, 1 / (2 * config.layers))}
               for _ in range(config.layers)]
-    return {"embed": normal((config.vocab, d), 1), "pos": normal((config.seq, d), 1) / 4, "blocks": blocks,
-            "ln_f": np.ones(d, dtype), "unembed": normal((d, config.vocab), d)}
+    return {"embed": embed, "pos": pos, "blocks": blocks, "ln_f": ones(), "unembed": normal((d, config.vocab), d)}
 
 
 def param_shapes(config: TransformerConfig, dtype=np.float32) -> dict:
@@ -127,9 +144,11 @@ def without_fsdp(spec):
 def _layer_norm(x, scale):
     import jax.numpy as jnp
 
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean((x - mean) ** 2, axis=-1, keepdims=True)
-    return (x - mean) / jnp.sqrt(var + 1e-5) * scale
+    # statistics in float32 whatever the compute dtype (a no-op for float32)
+    x32 = x.astype(jnp.float32)
+    mean = jnp.mean(x32, axis=-1, keepdims=True)
+    var = jnp.mean((x32 - mean) ** 2, axis=-1, keepdims=True)
+    return ((x32 - mean) / jnp.sqrt(var + 1e-5)).astype(x.dtype) * scale
 
 
 def forward(params, tokens, gather=None, residual=None):
@@ -162,13 +181,15 @@ def forward(params, tokens, gather=None, residual=None):
 
 def loss_fn(params, tokens, gather=None, residual=None):
     """Mean cross-entropy of the second half of each sequence (the reversed first half), predicted
-    token by token from everything before it."""
+    token by token from everything before it. Computed in the parameters' dtype (pass them cast to
+    bfloat16 for mixed precision); the layer norms' statistics and the softmax in float32."""
     import jax
     import jax.numpy as jnp
 
     logits = forward(params, tokens, gather, residual)
     half = tokens.shape[1] // 2
-    predicted = logits[:, half - 1:-1]          # the positions whose next token is in the second half
+    # the positions whose next token is in the second half; the softmax in float32 whatever the compute dtype
+    predicted = logits[:, half - 1:-1].astype(jnp.float32)
     targets = tokens[:, half:]
     log_probs = jax.nn.log_softmax(predicted, axis=-1)
     return -jnp.mean(jnp.take_along_axis(log_probs, targets[..., None], axis=-1))

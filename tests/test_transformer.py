@@ -3,6 +3,10 @@
 import numpy as np
 import pytest
 
+import shardlab
+
+DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
+
 from shardlab.transformer import (TransformerConfig, init_params, mesh_factorisations, model_flops,
                                   model_flops_utilisation, param_shapes, param_specs, reversal_batch,
                                   without_fsdp)
@@ -21,6 +25,59 @@ def test_shapes_match_init():
     real = jax.tree.map(lambda a: a.shape, init_params(config))
     abstract = jax.tree.map(lambda a: a.shape, param_shapes(config))
     assert real == abstract
+
+
+def test_sharded_init_equals_one_device_init():
+    # Compiled with the parameters' shardings as outputs (each device creates its shards), on a mesh
+    # where every weight matrix is split: the values are those of the plain call on one device.
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    config = TransformerConfig(vocab=16, d_model=32, heads=4, d_ff=64, layers=2, seq=8)
+    reference = jax.device_get(init_params(config, 3))
+    mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "model"), devices=DEVICES)
+    shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), param_specs(reference),
+                             is_leaf=lambda x: isinstance(x, P))
+    placed = jax.jit(lambda key: init_params(config, key), out_shardings=shardings)(jax.random.key(3))
+    w_in = placed["blocks"][0]["w_in"]
+    assert w_in.sharding == shardings["blocks"][0]["w_in"]
+    assert w_in.addressable_shards[0].data.shape == (16, 32)
+    for got, want in zip(jax.tree.leaves(placed), jax.tree.leaves(reference)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-7)
+
+
+def test_init_is_reproducible_and_scaled():
+    import jax
+    config = TransformerConfig(vocab=16, d_model=256, heads=4, d_ff=512, layers=1, seq=8)
+    a, b, other = init_params(config, 0), init_params(config, 0), init_params(config, 1)
+    assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    assert not np.allclose(a["unembed"], other["unembed"])
+    # variance 1 / fan_in: 256 for w_in, 512 for w_out (then scaled by 1 / (2 * layers))
+    w_in, w_out = np.asarray(a["blocks"][0]["w_in"]), np.asarray(a["blocks"][0]["w_out"])
+    assert w_in.std() == pytest.approx(1 / 16, rel=0.02)
+    assert w_out.std() == pytest.approx(0.5 / np.sqrt(512), rel=0.02)
+    assert w_out.std() != pytest.approx(1 / np.sqrt(512), rel=0.02)
+    assert np.all(np.asarray(a["ln_f"]) == 1) and a["embed"].dtype == np.float32
+
+
+def test_loss_in_bfloat16_is_float32_and_close():
+    # Mixed precision: parameters cast to bfloat16, the loss (softmax in float32) comes out float32,
+    # within bfloat16's rounding (8 bits of mantissa) of the float32 loss, and its gradients, taken
+    # through the cast, are float32 again.
+    import jax
+    import jax.numpy as jnp
+    from shardlab.transformer import loss_fn
+
+    config = TransformerConfig(vocab=16, d_model=32, heads=4, d_ff=64, layers=2, seq=8)
+    params = init_params(config, 0)
+    tokens = reversal_batch(np.random.default_rng(0), 4, config)
+    low = lambda p: loss_fn(jax.tree.map(lambda w: w.astype(jnp.bfloat16), p), tokens)
+    full, mixed = loss_fn(params, tokens), low(params)
+    assert mixed.dtype == jnp.float32
+    assert abs(float(mixed) - float(full)) < 0.02 * float(full)
+    assert float(mixed) != float(full)
+    grads = jax.grad(low)(params)
+    assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(grads))
 
 
 def test_specs_cover_every_parameter_and_rank():
@@ -120,6 +177,7 @@ def test_mfu():
     lambda: model_flops_utilisation(1.0, 0, 1.0, 1.0),
     lambda: param_specs({"no": "blocks"}),
     lambda: init_params("not a config"),
+    lambda: init_params(TransformerConfig(), "seed"),
 ])
 def test_bad_input_raises_value_error(call):
     with pytest.raises(ValueError):
