@@ -17,7 +17,7 @@ from shardlab.arguments import positive_int as _positive_int
 from shardlab.cost_model import Chip, _chip, step_time
 
 #: How the tokens of a sequence are dealt to the devices of the ring.
-ORDERS = ("contiguous", "zigzag")
+ORDERS = ("contiguous", "zigzag", "striped")
 
 
 def kv_block_at(device: int, step: int, ring: int) -> int:
@@ -35,6 +35,8 @@ def token_positions(ring: int, tokens: int, order: str = "contiguous") -> np.nda
     ``"contiguous"``: device ``d`` holds tokens ``d * tokens`` to ``(d + 1) * tokens - 1``.
     ``"zigzag"``: the sequence is cut into ``2 * ring`` chunks and device ``d`` holds chunks ``d`` and
     ``2 * ring - 1 - d`` (``tokens`` must be even), so every device has early and late tokens.
+    ``"striped"``: token ``t`` goes to device ``t mod ring`` (striped attention), so device ``d`` holds
+    ``d, d + ring, d + 2 ring, ...``.
     """
     ring, tokens = _positive_int("ring", ring), _positive_int("tokens", tokens)
     if order == "contiguous":
@@ -45,6 +47,8 @@ def token_positions(ring: int, tokens: int, order: str = "contiguous") -> np.nda
         half = tokens // 2
         chunks = np.arange(2 * ring * half).reshape(2 * ring, half)
         return np.stack([np.concatenate([chunks[d], chunks[2 * ring - 1 - d]]) for d in range(ring)])
+    if order == "striped":
+        return np.arange(ring * tokens).reshape(tokens, ring).T.copy()
     raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
 
 

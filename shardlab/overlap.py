@@ -33,7 +33,8 @@ _PRODUCTS = ("dot", "convolution")
 class ScheduledOp:
     """One instruction of a computation, at its place in the schedule.
 
-    ``kind`` is ``"start"`` or ``"done"`` (the two halves of an asynchronous collective),
+    ``kind`` is ``"start"`` or ``"done"`` (the two halves of an asynchronous collective, or of XLA:TPU's
+    fusions marked ``AsyncCollectiveStart``/``AsyncCollectiveDone``),
     ``"collective"`` (a synchronous one, or a fusion that runs one: XLA:TPU's ``all-reduce-scatter``
     fusion is read as the reduce-scatter it is), ``"product"`` (a ``dot`` or ``convolution``, or a fusion
     whose body holds one), ``"loop"`` (a ``while``) or ``"other"``; ``collective`` names the
@@ -119,13 +120,37 @@ def _holds_product(name: str, bodies: dict, seen: set) -> bool:
     return False
 
 
+def _async_fusion(name: str, bodies: dict) -> tuple[str, str]:
+    """For XLA:TPU's asynchronous collective fusions, ``("start", collective)`` or ``("done", collective)``.
+
+    XLA:TPU overlaps a collective with other work by writing it as three fusions: a start (named
+    ``async-collective-start``) whose fused computation's root is a custom-call to
+    ``AsyncCollectiveStart``, the work that runs meanwhile (an ``async_collective_fusion``, holding a
+    copy of the collective beside the product), and a done (``async-collective-done``) whose root calls
+    ``AsyncCollectiveDone``. ``("", "")`` for any other fused computation.
+    """
+    lines = bodies.get(name, [])
+    for line in lines:
+        if line.lstrip().startswith("ROOT"):
+            target = re.search(r'custom_call_target="AsyncCollective(Start|Done)"', line)
+            if target:
+                inner = ""
+                for other in lines:
+                    instr = _parse_instruction(other)
+                    if instr is not None and instr.opcode in _COLLECTIVES:
+                        inner = instr.opcode
+                        break
+                return target.group(1).lower(), inner
+    return "", ""
+
+
 def _fused_collective(name: str, bodies: dict) -> str:
     """The collective a fused computation runs synchronously (XLA:TPU's ``all-reduce-scatter`` fusion: an
     all-reduce and a slice, the reduce-scatter it is), or ``""``: none, or one marked as an asynchronous
     start or done (``AsyncCollectiveStart``/``Done``), which is not a synchronous collective."""
     lines = bodies.get(name, [])
-    if any("AsyncCollective" in line for line in lines):
-        return ""
+    if any("AsyncCollective" in line for line in lines) or name.startswith("async_collective_fusion"):
+        return ""                           # the halves of an asynchronous collective, or work beside it
     for line in lines:
         instr = _parse_instruction(line)
         if instr is not None and instr.opcode in _COLLECTIVES:
@@ -156,6 +181,10 @@ def _classify(instr, bodies: dict) -> tuple[str, str]:
         return "product", ""
     if op == "fusion":
         called = re.search(r"calls=%?([\w.\-]+)", instr.attrs)
+        if called:
+            half, inner = _async_fusion(called.group(1), bodies)
+            if half:
+                return half, inner
         if called and _holds_product(called.group(1), bodies, set()):
             return "product", ""
         inner = _fused_collective(called.group(1), bodies) if called else ""
@@ -200,23 +229,50 @@ def scheduled_order(compiled, computation: str | None = None) -> list[ScheduledO
     return ops
 
 
+def _start_of(done: str, operands: dict, starts: dict, halves: set, paired: set):
+    """The start a done waits on: a start among its operands, else the latest one reached through them."""
+    direct = [starts[n] for n in operands.get(done, []) if n in starts and n not in paired]
+    if direct:
+        return direct[0]
+    found, seen, todo = [], {done}, list(operands.get(done, []))
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in starts:
+            if name not in paired:
+                found.append(starts[name])
+            continue
+        if name in halves:                  # another collective's done: not this one's chain
+            continue
+        todo.extend(operands.get(name, []))
+    return max(found, key=lambda op: op.position) if found else None
+
+
 def async_windows(compiled, computation: str | None = None) -> list[AsyncWindow]:
     """Each asynchronous collective of one computation: its start, its done, and the products between.
 
     Arguments as for :func:`scheduled_order`. A done is matched to its start by the start's name
-    among the done's operands.
+    among the done's operands or, where the done takes what the work scheduled meanwhile returned (as
+    XLA:TPU's asynchronous collective fusions do), among the operands of those operands, back to the
+    nearest start not already paired (the search stops at every start and done).
     """
     ops = scheduled_order(compiled, computation)
     starts = {op.name: op for op in ops if op.kind == "start"}
-    windows = []
+    halves = {op.name for op in ops if op.kind in ("start", "done")}
+    operands = {}
+    for op in ops:
+        instr = _parse_instruction(op.line)
+        operands[op.name] = [name for name, _ in instr.operands] if instr else []
+    windows, paired = [], set()
     for op in ops:
         if op.kind != "done":
             continue
-        instr = _parse_instruction(op.line)
-        names = [name for name, _ in instr.operands] if instr else []
-        start = next((starts[n] for n in names if n in starts), None)
+        start = _start_of(op.name, operands, starts, halves, paired)
         if start is None:
             continue
+        paired.add(start.name)
         between = tuple(o.name for o in ops[start.position + 1: op.position] if o.kind == "product")
         windows.append(AsyncWindow(op.collective, start.name, op.name, start.position, op.position, between))
     return windows

@@ -107,3 +107,19 @@ def test_query_tiles_shrink_the_scores_to_one_tile():
     fit = dict(heads=32, head_dim=128, key_tile=512, query_tile=512)
     assert ring_attention_memory(longest, 1, **fit)["total"] <= hbm
     assert ring_attention_memory(longest + 1024, 1, **fit)["total"] > hbm
+
+
+def test_striped_order_and_its_causal_work_counted_by_hand():
+    pos = token_positions(4, 3, "striped")
+    assert pos.tolist() == [[0, 4, 8], [1, 5, 9], [2, 6, 10], [3, 7, 11]]
+    work = causal_work(4, 3, "striped")
+    # a block that started on a device at or before d keeps c(c+1)/2 of c*c pairs; one after d, c(c-1)/2
+    for s in range(4):
+        for d in range(4):
+            j = kv_block_at(d, s, 4)
+            assert work[s, d] == pytest.approx((6 if j <= d else 3) / 9, rel=1e-12)
+    # the busiest and the idlest device differ by one row of a block at any step, and every device
+    # keeps (nearly) half of each block: no block wholly masked
+    assert (work > 0).all()
+    assert np.ptp(work, axis=1).max() == pytest.approx(3 / 9, rel=1e-12)
+    np.testing.assert_allclose(work.sum(), causal_work(4, 3, "contiguous").sum(), rtol=1e-12)

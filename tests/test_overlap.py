@@ -278,3 +278,113 @@ def test_xla_tpu_fused_reduce_scatter_read_in_a_compiled_program():
     assert sorted(listed.kinds()) == ["collective-permute", "reduce-scatter"]
     [window] = async_windows(compiled)
     assert window.collective == "collective-permute" and window.overlapped
+
+
+# XLA:TPU's asynchronous collective fusions, in the shape it prints them: the start fusion's root calls
+# AsyncCollectiveStart, the work scheduled meanwhile (an async_collective_fusion holding the product and a
+# copy of the collective) takes the start's tuple, and the done fusion takes the work's outputs, not the
+# start itself. A second such collective has nothing between its halves; an elementwise work fusion that
+# also holds a copy of the collective is neither a product nor a synchronous collective.
+ASYNC_FUSION_HLO = """HloModule jit_async_fusion, is_scheduled=true
+
+%start_computation (p0: bf16[2,8]) -> (bf16[2,8], bf16[8,8]) {
+  %p0 = bf16[2,8]{1,0} parameter(0)
+  %all-gather.1 = bf16[8,8]{1,0} all-gather(%p0), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}
+  ROOT %custom-call.1 = (bf16[2,8]{1,0}, bf16[8,8]{1,0}) custom-call(%all-gather.1), custom_call_target="AsyncCollectiveStart"
+}
+
+%async_collective_fusion (w0: bf16[2,8], w1: bf16[8,8], w2: bf16[2,8], w3: bf16[8,8]) -> (bf16[2,2], bf16[2,8], bf16[8,8]) {
+  %w2 = bf16[2,8]{1,0} parameter(2)
+  %w3 = bf16[8,8]{1,0} parameter(3)
+  %convolution.1 = bf16[2,8]{1,0} convolution(%w2, %w3), dim_labels=bf_io->bf
+  %w0 = bf16[2,8]{1,0} parameter(0)
+  %w1 = bf16[8,8]{1,0} parameter(1)
+  %all-gather.2 = bf16[8,8]{1,0} all-gather(%w0), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}
+  %slice.1 = bf16[2,2]{1,0} slice(%convolution.1), slice={[0:2], [0:2]}
+  ROOT %tuple.1 = (bf16[2,2]{1,0}, bf16[2,8]{1,0}, bf16[8,8]{1,0}) tuple(%slice.1, %w0, %w1)
+}
+
+%done_computation (d0: bf16[2,8], d1: bf16[8,8]) -> bf16[8,8] {
+  %d0 = bf16[2,8]{1,0} parameter(0)
+  %d1 = bf16[8,8]{1,0} parameter(1)
+  %all-gather.3 = bf16[8,8]{1,0} all-gather(%d0), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}
+  ROOT %custom-call.2 = bf16[8,8]{1,0} custom-call(%d0, %d1, %all-gather.3), custom_call_target="AsyncCollectiveDone"
+}
+
+%async_collective_fusion.1 (e0: bf16[2,8], e1: bf16[2,8]) -> bf16[2,8] {
+  %e0 = bf16[2,8]{1,0} parameter(0)
+  %e1 = bf16[2,8]{1,0} parameter(1)
+  %all-gather.4 = bf16[8,8]{1,0} all-gather(%e0), channel_id=2, replica_groups={{0,1,2,3}}, dimensions={0}
+  ROOT %add.1 = bf16[2,8]{1,0} add(%e0, %e1)
+}
+
+ENTRY %main (x: bf16[2,8], w: bf16[8,8], y: bf16[2,8]) -> (bf16[8,8], bf16[2,2], bf16[8,8], bf16[2,8]) {
+  %x = bf16[2,8]{1,0} parameter(0)
+  %w = bf16[8,8]{1,0} parameter(1)
+  %y = bf16[2,8]{1,0} parameter(2)
+  %async-collective-start = (bf16[2,8]{1,0}, bf16[8,8]{1,0}) fusion(%x), kind=kCustom, calls=%start_computation
+  %get-tuple-element.1 = bf16[2,8]{1,0} get-tuple-element(%async-collective-start), index=0
+  %get-tuple-element.2 = bf16[8,8]{1,0} get-tuple-element(%async-collective-start), index=1
+  %fusion.1 = (bf16[2,2]{1,0}, bf16[2,8]{1,0}, bf16[8,8]{1,0}) fusion(%get-tuple-element.1, %get-tuple-element.2, %y, %w), kind=kOutput, calls=%async_collective_fusion
+  %get-tuple-element.3 = bf16[2,8]{1,0} get-tuple-element(%fusion.1), index=1
+  %get-tuple-element.4 = bf16[8,8]{1,0} get-tuple-element(%fusion.1), index=2
+  %async-collective-done = bf16[8,8]{1,0} fusion(%get-tuple-element.3, %get-tuple-element.4), kind=kCustom, calls=%done_computation
+  %get-tuple-element.5 = bf16[2,2]{1,0} get-tuple-element(%fusion.1), index=0
+  %async-collective-start.1 = (bf16[2,8]{1,0}, bf16[8,8]{1,0}) fusion(%y), kind=kCustom, calls=%start_computation
+  %get-tuple-element.6 = bf16[2,8]{1,0} get-tuple-element(%async-collective-start.1), index=0
+  %get-tuple-element.7 = bf16[8,8]{1,0} get-tuple-element(%async-collective-start.1), index=1
+  %fusion.2 = bf16[2,8]{1,0} fusion(%get-tuple-element.6, %y), kind=kLoop, calls=%async_collective_fusion.1
+  %async-collective-done.1 = bf16[8,8]{1,0} fusion(%get-tuple-element.6, %get-tuple-element.7), kind=kCustom, calls=%done_computation
+  ROOT %tuple = (bf16[8,8]{1,0}, bf16[2,2]{1,0}, bf16[8,8]{1,0}, bf16[2,8]{1,0}) tuple(%async-collective-done, %get-tuple-element.5, %async-collective-done.1, %fusion.2)
+}
+"""
+
+
+def test_xla_tpu_async_collective_fusions_are_a_start_and_a_done():
+    xla_accepts(ASYNC_FUSION_HLO)
+    kinds = [(op.name, op.kind, op.collective) for op in scheduled_order(ASYNC_FUSION_HLO) if op.kind != "other"]
+    assert kinds == [("async-collective-start", "start", "all-gather"),
+                     ("fusion.1", "product", ""),
+                     ("async-collective-done", "done", "all-gather"),
+                     ("async-collective-start.1", "start", "all-gather"),
+                     ("async-collective-done.1", "done", "all-gather")]
+    # the done reaches its start only through the work's outputs; each pairs with its own start
+    assert [(w.start, w.done, w.products, w.overlapped) for w in async_windows(ASYNC_FUSION_HLO)] == [
+        ("async-collective-start", "async-collective-done", ("fusion.1",), True),
+        ("async-collective-start.1", "async-collective-done.1", (), False)]
+    # the same halves without their markers are neither a start nor a done
+    unmarked = ASYNC_FUSION_HLO.replace('"AsyncCollectiveStart"', '"Other"').replace('"AsyncCollectiveDone"',
+                                                                                       '"Other"')
+    xla_accepts(unmarked)
+    assert async_windows(unmarked) == []
+
+
+@needs_libtpu
+def test_xla_tpu_async_collective_fusion_read_in_a_compiled_program():
+    # An all-gather XLA:TPU overlaps with a product (the case tests/test_targets.py reads for its bytes):
+    # it writes async-collective-start / work / async-collective-done fusions, no *-start opcode.
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import shardlab
+
+    def body(a, w):
+        return jax.lax.all_gather(a, "x", tiled=True, to="invarying"), jax.lax.psum(a @ w, "x")
+
+    with shardlab.compiling_for_tpu():
+        mesh = shardlab.target_mesh("v5e-8", (4,), ("x",))
+        f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P()), out_specs=(P(), P())))
+        args = [jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+                for shape, spec in (((512, 1024), P("x")), ((1024, 1024), P()))]
+        text = f.lower(*args).compile().as_text()
+    assert "AsyncCollectiveStart" in text and "all-gather-start" not in text, "no async fusion: proves nothing"
+    # the collective reader, independent of the overlap reader, lists the same all-gather as asynchronous
+    [gather] = shardlab.collectives_in_text(text).of_kind("all-gather")
+    assert gather.is_async
+    [window] = async_windows(text)
+    assert window.collective == "all-gather" and window.overlapped
+    # the product between is the one of a @ w: a fusion whose body holds the convolution
+    ops = {op.name: op for op in scheduled_order(text)}
+    assert [ops[p].kind for p in window.products] == ["product"]
+    assert ops[window.start].position < ops[window.products[0]].position < ops[window.done].position
