@@ -1,6 +1,8 @@
 """One time model for the whole book: flops and collectives turned into modelled time on a TPU slice.
 
-Three parts, each from *How to Scale Your Model* (the "scaling book", https://jax-ml.github.io/scaling-book/):
+Three parts. The links, the wraparounds and the hop latency are from *How to Scale Your Model* (the
+"scaling book", https://jax-ml.github.io/scaling-book/); the sharing of links between groups and the way
+the terms combine are this model's own choices, stated below:
 
 * **Links per mesh axis, from the topology.** A collective over one mesh axis runs in groups of chips
   (the devices that differ only along that axis). Where a group lies on the chip torus decides how many
@@ -18,6 +20,18 @@ Three parts, each from *How to Scale Your Model* (the "scaling book", https://ja
     *What happens when we AllGather over multiple axes?*: the available bandwidth grows by the number
     of axes).
 
+  **Groups of one axis share links.** All groups of a mesh axis run their collectives at once, and
+  groups that lie far apart on the torus cross the same links (``jax.make_mesh`` on a v5e-8 board as
+  (2, 4) pairs chips at opposite ends of the board). :func:`axis_network` therefore caps the links of
+  the axis by the torus's cuts (:func:`shared_links`): a cut splits the slice in two (one plane across
+  an open torus axis; two planes across a wrapping one, which is a ring) and has ``C`` links each way;
+  a ring collective whose group has chips on both sides sends, by the ring model, at least the bytes
+  one device sends across it in each direction. With ``G`` groups crossing the cut, each gets at most
+  ``C / G`` links, so the axis gets ``min(links of one group, min over cuts of C / G)``, a fraction
+  when the groups share. Groups that do not share (the rows of a pod, one group on a board) keep
+  their links. This is a bisection bound, not a routing simulation: any routing must carry at least
+these bytes across the cut, so the cap can only be optimistic. (A collective-permute's pairs send one way and are not capped.)
+
   Which slices have wraparound (:func:`torus_wraparound`, "TPU Networking" on the TPU page): v5e and v6e
   pods are 16 x 16 tori, and a slice has a wraparound only along an axis of the full 16 chips; v4 and
   v5p slices made of whole 4 x 4 x 4 cubes (every axis a multiple of 4) have wraparounds on every
@@ -33,7 +47,11 @@ Three parts, each from *How to Scale Your Model* (the "scaling book", https://ja
 * **Time.** :func:`modelled_time` turns a step's flops and its collectives (:class:`Traffic`: bytes one
   device sends by the ring model, mesh axis, how many collectives) into ``compute = flops / peak``,
   per axis ``bytes / (links * link_bandwidth) + collectives * passes * hops * ICI_HOP_LATENCY``, and
-  the step's ``overlapped`` and ``serial`` times and its bound. Its assumptions, stated once here:
+  the step's ``overlapped`` and ``serial`` times and its bound. Latency and bandwidth time are
+  *added*, the standard latency-plus-bandwidth (alpha-beta) sum; the scaling book instead takes the
+  larger of the two (``T = max(T_min * hops, V / (W * N_axes))``, "Sharded Matrices"), so this model is
+  the more pessimistic where the two are comparable; the book is the source only for the links, the
+  wraparounds and the hop latency. Its assumptions, stated once here:
   collectives on different mesh axes use different links and overlap each other (a step communicates
   for the longest axis); communication overlaps the step's arithmetic perfectly in ``overlapped`` and
   not at all in ``serial``. :func:`modelled_passes` applies it pass by pass (forward, backward): a
@@ -60,6 +78,7 @@ __all__ = [
     "torus_wraparound",
     "group_network",
     "axis_network",
+    "shared_links",
     "axis_links",
     "mesh_network",
     "compiled_traffic",
@@ -92,19 +111,22 @@ class AxisNetwork:
     """What one mesh axis's collectives travel over: ``links`` per chip at once, ``hops`` of the longest route.
 
     ``links`` multiplies a chip's one-way link bandwidth (2 for a ring with wraparound, 1 for an open
-    line, summed over the torus axes spanned; 0 for an axis of one chip, which sends nothing).
-    ``hops`` is the group's diameter on the torus, the ICI hops one pass of a collective pays
-    :data:`shardlab.time_model.ICI_HOP_LATENCY` for.
+    line, summed over the torus axes spanned; 0 for an axis of one chip, which sends nothing); it is
+    a fraction (a :class:`fractions.Fraction`) when the groups of the axis share links
+    (:func:`shared_links`). ``hops`` is the group's diameter on the torus, the ICI hops one pass of a
+    collective pays :data:`shardlab.time_model.ICI_HOP_LATENCY` for.
     """
 
-    links: int
+    links: int | Fraction
     hops: int
 
     def __post_init__(self):
-        for name in ("links", "hops"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-                raise ValueError(f"AxisNetwork: {name} must be a non-negative integer, got {value!r}")
+        links = self.links
+        if isinstance(links, bool) or not isinstance(links, (int, np.integer, Fraction)) or links < 0:
+            raise ValueError(f"AxisNetwork: links must be a non-negative integer or Fraction (links per chip, "
+                             f"fewer than 1 where groups share links), got {links!r}")
+        if isinstance(self.hops, bool) or not isinstance(self.hops, (int, np.integer)) or self.hops < 0:
+            raise ValueError(f"AxisNetwork: hops must be a non-negative integer, got {self.hops!r}")
         if (self.links == 0) != (self.hops == 0):
             raise ValueError(f"AxisNetwork: links and hops are both 0 (one chip) or both positive, "
                              f"got links={self.links}, hops={self.hops}")
@@ -212,6 +234,52 @@ def group_network(coords, slice_shape, wraparound) -> AxisNetwork:
     return AxisNetwork(links, hops)
 
 
+def shared_links(groups, slice_shape, wraparound):
+    """The cap the torus's cuts put on the links of groups that run their collectives at once.
+
+    ``groups``: one sequence of chip coordinates per group (the groups of one mesh axis);
+    ``slice_shape`` and ``wraparound`` as for :func:`group_network`. A cut splits the slice in two:
+    one plane between coordinates ``c`` and ``c + 1`` of an open torus axis, or two planes of a
+    wrapping axis (a ring is only split by two). It has ``C`` links each way (the chips of one plane,
+    times the planes). A group with chips on both sides sends across it, by the ring model, at least
+    the bytes one device sends, each way; ``G`` such groups share the ``C`` links. Returns the
+    smallest ``Fraction(C, G)`` over all cuts, or ``None`` if no cut separates any group (a group of
+    one chip). :func:`axis_network` takes ``min(links of one group, this)``.
+    """
+    shape = _shape("shared_links", slice_shape)
+    if not isinstance(wraparound, (tuple, list)) or len(wraparound) != len(shape) \
+            or not all(isinstance(w, (bool, np.bool_)) for w in wraparound):
+        raise ValueError(f"shared_links: wraparound must be a tuple of {len(shape)} booleans (one per torus "
+                         f"axis), got {wraparound!r}")
+    try:
+        sets = [np.array(sorted({tuple(int(v) for v in c) for c in g}), dtype=int) for g in groups]
+    except (TypeError, ValueError):
+        raise ValueError(f"shared_links: groups must be a sequence of groups of coordinate tuples, got "
+                         f"{groups!r}") from None
+    if not sets or not all(a.ndim == 2 and a.shape[1] == len(shape) and (a >= 0).all()
+                           and (a < np.array(shape)).all() for a in sets):
+        raise ValueError(f"shared_links: groups must be a non-empty sequence of non-empty groups of "
+                         f"{len(shape)}-tuples within slice_shape {shape}, got {groups!r}")
+    best = None
+    for i, size in enumerate(shape):
+        plane = math.prod(shape) // size
+        if wraparound[i]:      # an arc (p, q]: chips p+1 .. q on one side, two planes
+            cuts = [(set(range(p + 1, q + 1)), 2) for p in range(size) for q in range(p + 1, size)]
+        else:                  # chips 0 .. c on one side, one plane
+            cuts = [(set(range(c + 1)), 1) for c in range(size - 1)]
+        for side, planes in cuts:
+            crossing = sum(1 for a in sets if len({int(v) in side for v in a[:, i]}) == 2)
+            if crossing:
+                cap = Fraction(plane * planes, crossing)
+                best = cap if best is None else min(best, cap)
+    return best
+
+
+def _links(value):
+    """A Fraction that is a whole number as an int (AxisNetwork(2, 4), not AxisNetwork(Fraction(2, 1), 4))."""
+    return int(value) if isinstance(value, Fraction) and value.denominator == 1 else value
+
+
 def _mesh_devices(mesh) -> np.ndarray:
     devices = getattr(mesh, "devices", None)
     names = getattr(mesh, "axis_names", None)
@@ -249,7 +317,8 @@ def axis_network(mesh, axis, *, slice_shape=None) -> AxisNetwork:
 
     Every group along ``axis`` (the devices that differ only along it) is measured with
     :func:`group_network`; the axis gets the fewest links and the most hops of its groups (the
-    slowest group sets the collective's time). ``slice_shape`` defaults to the extent of the mesh's
+    slowest group sets the collective's time), its links capped by the cuts the groups share
+    (:func:`shared_links`; module docstring). ``slice_shape`` defaults to the extent of the mesh's
     devices' coordinates (the whole slice, for a mesh of :func:`shardlab.target_mesh`); the
     wraparounds follow from it and the chip (:func:`torus_wraparound`).
     """
@@ -259,7 +328,14 @@ def axis_network(mesh, axis, *, slice_shape=None) -> AxisNetwork:
     names = list(mesh.axis_names)
     moved = np.moveaxis(devices, [names.index(a) for a in axes], range(-len(axes), 0))
     groups = moved.reshape(-1, math.prod(moved.shape[-len(axes):]))
-    return _worst(group_network([tuple(d.coords) for d in g], shape, wraps) for g in groups)
+    return _shared([[tuple(d.coords) for d in g] for g in groups], shape, wraps)
+
+
+def _shared(groups, shape, wraps) -> AxisNetwork:
+    """The network of groups that run at once: the worst group's, its links capped by the shared cuts."""
+    net = _worst(group_network(g, shape, wraps) for g in groups)
+    cap = shared_links(groups, shape, wraps) if net.links else None
+    return net if cap is None or cap >= net.links else AxisNetwork(_links(cap), net.hops)
 
 
 def _worst(networks) -> AxisNetwork:
@@ -267,8 +343,11 @@ def _worst(networks) -> AxisNetwork:
     return AxisNetwork(min(n.links for n in networks), max(n.hops for n in networks))
 
 
-def axis_links(mesh, axis, *, slice_shape=None) -> int:
-    """ICI links each chip sends on at once in a collective over ``axis``: ``axis_network(...).links``."""
+def axis_links(mesh, axis, *, slice_shape=None):
+    """ICI links each chip sends on at once in a collective over ``axis``: ``axis_network(...).links``.
+
+    An int, or a :class:`fractions.Fraction` below one group's links where the axis's groups share links.
+    """
     return axis_network(mesh, axis, slice_shape=slice_shape).links
 
 
@@ -284,7 +363,8 @@ def compiled_traffic(report, mesh, *, slice_shape=None) -> tuple[list, dict]:
     ``report``: a :class:`~shardlab.CollectiveReport` of a program compiled over ``mesh`` (e.g.
     ``shardlab.compile_for(...).collectives``). Each collective is labelled by the mesh axes whose
     groups are its groups (a tuple, e.g. ``("data",)`` or ``("data", "model")``), or, if none match
-    (a collective-permute's pairs, say), by its kind, with the network of its own groups. Returns
+    (a collective-permute's pairs, say), by its kind, with the network of its own groups (capped by
+    :func:`shared_links`, except a collective-permute's, whose pairs each send one way). Returns
     ``(traffic, network)``, ready for :func:`modelled_time`.
     """
     from itertools import combinations
@@ -311,8 +391,13 @@ def compiled_traffic(report, mesh, *, slice_shape=None) -> tuple[list, dict]:
         label = partitions.get(key) if c.kind != "collective-permute" else None
         if label is None:
             label = c.kind
-            net = _worst(group_network([tuple(by_id[i].coords) for i in g], shape, wraps)
-                         for g in moving) if moving else AxisNetwork(0, 0)
+            coords = [[tuple(by_id[i].coords) for i in g] for g in moving]
+            if not moving:
+                net = AxisNetwork(0, 0)
+            elif c.kind == "collective-permute":   # pairs that send one way: no cut cap
+                net = _worst(group_network(g, shape, wraps) for g in coords)
+            else:
+                net = _shared(coords, shape, wraps)
         else:
             net = axis_network(mesh, label, slice_shape=shape)
         if label in network and network[label] != net:

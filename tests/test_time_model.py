@@ -16,9 +16,11 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import shardlab
 from shardlab.cost_model import CHIPS, Chip, step_time
 from shardlab.strategies import MLPSizes, compute_bound_from, mlp_pass_flops, step_times
+from fractions import Fraction
+
 from shardlab.time_model import (ICI_HOP_LATENCY, LATENCY_SOURCE, AxisNetwork, Traffic, axis_links,
                                  axis_network, compiled_traffic, group_network, mesh_network, modelled_passes, modelled_time,
-                                 torus_wraparound)
+                                 shared_links, torus_wraparound)
 
 DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
 
@@ -105,6 +107,37 @@ def test_bad_groups_are_refused_naming_the_argument():
         AxisNetwork(2, 0)
 
 
+def test_groups_that_cross_one_cut_share_its_links():
+    # Hand counts on a 4 x 4 torus with no wraparound: a cut between x = c and c + 1 has 4 links each way.
+    rows = [line(4, axis=1, fixed=x) for x in range(4)]          # 4 rows along y, one per x
+    assert shared_links(rows, (4, 4), (False, False)) == 1       # 4 rows cross each y-cut of 4 links: 1 each
+    columns_far = [[(0, y), (3, y)] for y in range(4)]           # 4 pairs, all across every x-cut of 4
+    assert shared_links(columns_far, (4, 4), (False, False)) == Fraction(4, 4)
+    one_row_pairs = [[(0, 0), (0, 3)], [(0, 1), (0, 2)]]         # both cross y 1|2, which has 4 links
+    assert shared_links(one_row_pairs, (4, 4), (False, False)) == 2
+    # A 16-ring with wraparound: a cut is two planes (2 links each way). Pairs 8 apart: all 8 cross y 0..7.
+    ring_pairs = [[(0, y), (0, y + 8)] for y in range(8)]
+    assert shared_links(ring_pairs, (1, 16), (False, True)) == Fraction(2, 8)
+    assert shared_links([line(16, axis=1)], (1, 16), (False, True)) == 2   # one ring alone: its 2 links
+    assert shared_links([[(1, 1)]], (4, 4), (False, False)) is None         # one chip crosses nothing
+    # The cap only lowers: groups that do not share keep group_network's links (axis_network takes the min).
+    assert group_network(line(4), (4, 4), (False, False)).links <= shared_links([line(4)], (4, 4), (False, False))
+    with pytest.raises(ValueError, match="groups"):
+        shared_links([[(5, 0)]], (4, 4), (False, False))
+    with pytest.raises(ValueError, match="wraparound"):
+        shared_links(rows, (4, 4), (False,))
+    assert AxisNetwork(Fraction(1, 2), 4).links == 0.5
+    with pytest.raises(ValueError, match="links"):
+        AxisNetwork(0.5, 4)
+
+
+def test_a_shared_axis_is_modelled_slower_by_the_share():
+    # 1 MB sent over half a link of 1e9 bytes/s: 2 ms, plus 2 passes * 4 hops * 1 us.
+    t = modelled_time(0, [Traffic(1e6, "data")], ROUND, {"data": AxisNetwork(Fraction(1, 2), 4)})
+    assert t["comm"] == pytest.approx(2e-3 + 8e-6, rel=1e-9)
+    assert t["comm"] != pytest.approx(1e-3 + 8e-6, rel=1e-3)
+
+
 def test_a_mesh_without_chip_coordinates_is_refused():
     mesh = jax.make_mesh((2, 4), ("data", "model"), devices=DEVICES)
     with pytest.raises(ValueError, match="mesh"):
@@ -128,6 +161,13 @@ def test_v5e_8_has_no_wraparound():
     assert all(len({c[0] for c in g}) == 2 and len({c[1] for c in g}) == 2 for g in groups)
     assert axis_links(mesh, "model") == 2
     assert mesh_network(mesh)["model"] == AxisNetwork(2, 2)
+    # The data pairs join opposite ends of the board, and all four cross the cut between y = 1 and y = 2,
+    # which has 2 links each way (x = 0, 1; no wraparound): 2 / 4 = 1/2 link each, not one pair's 2.
+    pairs = {frozenset(tuple(d.coords[:2]) for d in mesh.devices[:, j]) for j in range(4)}
+    assert pairs == {frozenset(p) for p in [((0, 0), (1, 3)), ((1, 0), (0, 3)), ((0, 1), (1, 2)),
+                                            ((1, 1), (0, 2))]}
+    assert mesh_network(mesh)["data"] == AxisNetwork(Fraction(1, 2), 4)
+    assert axis_links(mesh, "data") == Fraction(1, 2)
 
 
 @needs_libtpu
@@ -141,7 +181,12 @@ def test_v5e_256_rings_and_their_sums():
     # (2, 128): the 128-chip groups hold 16 x 8 chips (a ring and half an axis), the pairs are 8 apart.
     halves = shardlab.target_mesh("v5e-256", (2, 128), ("data", "model"))
     assert {tuple(d.coords[:2]) for d in halves.devices[:, 0]} == {(0, 0), (0, 8)}
-    assert mesh_network(halves) == {"data": AxisNetwork(1, 8), "model": AxisNetwork(3, 15)}
+    # Hand count: every pair is 8 apart on a 16-ring; cutting each ring into y 0..7 and 8..15 (two planes
+    # of 16 links each way, 32) separates all 128 pairs: 32 / 128 = 1/4 link each, not one pair's 1.
+    pairs = {frozenset(tuple(d.coords[:2]) for d in halves.devices[:, j]) for j in range(128)}
+    assert len(pairs) == 128 and all({abs(a[1] - b[1]) for a, b in [tuple(p)]} == {8} for p in pairs)
+    assert mesh_network(halves) == {"data": AxisNetwork(Fraction(1, 4), 8), "model": AxisNetwork(3, 15)}
+    # The rows of the (16, 16) pod do not share links: each keeps its ring's 2 (above).
 
 
 @needs_libtpu
@@ -166,6 +211,17 @@ def test_compiled_collectives_are_labelled_by_their_mesh_axes():
     assert traffic[0].nbytes == 2 * 15 * 16 * 512 * 2 // 16
     with pytest.raises(ValueError, match="report"):
         compiled_traffic("no report", mesh)
+
+
+@needs_libtpu
+def test_compiled_collectives_on_a_shared_axis_get_the_share():
+    # v5e-8 (2, 4): an all-reduce over "data" runs on the four pairs that share the board's middle.
+    mesh = shardlab.target_mesh("v5e-8", (2, 4), ("data", "model"))
+    x = jax.ShapeDtypeStruct((64, 512), jnp.bfloat16, sharding=NamedSharding(mesh, P("data", "model")))
+    f = jax.jit(lambda x: x.sum(axis=0), out_shardings=NamedSharding(mesh, P("model")))
+    traffic, network = compiled_traffic(shardlab.compile_for(f, x).collectives, mesh)
+    assert [(t.axis, t.kind) for t in traffic] == [(("data",), "all-reduce")]
+    assert network == {("data",): AxisNetwork(Fraction(1, 2), 4)}
 
 
 # --- modelled time, by hand --------------------------------------------------------------------------
