@@ -18,7 +18,8 @@ from shardlab.compiled import Collective, CollectiveReport, collectives_in, coll
 from shardlab.cost_model import (CHIPS, Chip, bytes_all_gather, bytes_all_reduce, bytes_all_to_all,
                                  bytes_all_to_all_ring, bytes_permute, bytes_reduce_scatter, step_time)
 from shardlab.time_model import (ICI_HOP_LATENCY, AxisNetwork, Traffic, axis_links, axis_network, compiled_traffic,
-                                 group_network, mesh_network, modelled_passes, modelled_time, torus_wraparound)
+                                 group_network, mesh_network, modelled_passes, modelled_time, shared_links,
+                                 torus_wraparound)
 from shardlab.targets import (HERE, TARGETS, CompiledProgram, ProgramMemory, Target, TPUCompilerUnavailable,
                               compile_for, compiling_for_tpu, target_devices, target_mesh, tpu_compiler_missing)
 from shardlab.collectives import (CollectiveRun, RingSteps, collective_view, draw_collective, ring_steps,
@@ -53,7 +54,7 @@ __all__ = [
     "bytes_permute", "Chip", "CHIPS", "step_time",
     # the one time model: links and hops per mesh axis from the topology, latency, modelled time
     "ICI_HOP_LATENCY", "AxisNetwork", "Traffic", "torus_wraparound", "group_network", "axis_network", "axis_links",
-    "mesh_network", "compiled_traffic", "modelled_time", "modelled_passes",
+    "shared_links", "mesh_network", "compiled_traffic", "modelled_time", "modelled_passes",
     # compile targets: here, or a TPU slice compiled for ahead of time
     "Target", "TARGETS", "HERE", "target_devices", "target_mesh", "compile_for", "CompiledProgram",
     "ProgramMemory", "compiling_for_tpu", "tpu_compiler_missing", "TPUCompilerUnavailable",
