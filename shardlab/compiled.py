@@ -490,9 +490,10 @@ class CollectiveReport(Sequence):
 
     @property
     def host_collective_calls(self) -> int:
-        """How many ``MegaScaleCollective*`` custom-calls the program's host computations hold: XLA:TPU
-        writes a collective run by the hosts (a gather into host memory) that way. Not counted as
-        collectives, and given no bytes."""
+        """How many ``MegaScaleCollective*`` custom-calls the program's host computations hold.
+
+        XLA:TPU writes a collective run by the hosts (a gather into host memory) that way. Not counted
+        as collectives, and given no bytes."""
         return _host_collective_calls(self.hlo_text)
 
     def summary(self) -> str:

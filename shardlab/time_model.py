@@ -112,7 +112,7 @@ class AxisNetwork:
 
     ``links`` multiplies a chip's one-way link bandwidth (2 for a ring with wraparound, 1 for an open
     line, summed over the torus axes spanned; 0 for an axis of one chip, which sends nothing); it is
-    a fraction (a :class:`fractions.Fraction`) when the groups of the axis share links
+    a fraction (a ``fractions.Fraction``) when the groups of the axis share links
     (:func:`shared_links`). ``hops`` is the group's diameter on the torus, the ICI hops one pass of a
     collective pays :data:`shardlab.time_model.ICI_HOP_LATENCY` for.
     """
@@ -346,7 +346,7 @@ def _worst(networks) -> AxisNetwork:
 def axis_links(mesh, axis, *, slice_shape=None):
     """ICI links each chip sends on at once in a collective over ``axis``: ``axis_network(...).links``.
 
-    An int, or a :class:`fractions.Fraction` below one group's links where the axis's groups share links.
+    An int, or a ``fractions.Fraction`` below one group's links where the axis's groups share links.
     """
     return axis_network(mesh, axis, slice_shape=slice_shape).links
 
