@@ -10,6 +10,7 @@ attention, expert routing, a small transformer).
 """
 
 from shardlab.devices import setup_devices
+from shardlab.display import markdown_table
 from shardlab.exercises import check
 from shardlab.layout import Layout, layout_of, tile_map
 from shardlab.draw import PALETTE, ShardFigure, device_color, draw_links, draw_mesh, draw_sharding, hops, physical_links
@@ -41,7 +42,7 @@ from shardlab.transformer import (TransformerConfig, mesh_factorisations, model_
 
 __all__ = [
     # set-up and exercises
-    "setup_devices", "check",
+    "setup_devices", "check", "markdown_table",
     # layouts and their pictures
     "Layout", "tile_map", "layout_of", "PALETTE", "device_color", "draw_sharding", "draw_mesh", "ShardFigure",
     "draw_links", "physical_links", "hops",

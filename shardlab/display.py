@@ -24,7 +24,8 @@ import numpy as np
 
 __all__ = ["CSS_PX_PER_INCH", "PIXEL_DENSITY", "COLUMN_PX", "MIN_TEXT_PT", "PageImage", "display_width",
            "display_scale", "text_scale", "page_dpi", "page_image", "figure_alt", "figure_bundle", "img_html",
-           "drawn_text_sizes", "smallest_text_pt", "set_figure_defaults", "FIGURE_RC", "quantize", "encode_png"]
+           "drawn_text_sizes", "smallest_text_pt", "set_figure_defaults", "FIGURE_RC", "quantize", "encode_png",
+           "markdown_table"]
 
 CSS_PX_PER_INCH = 96      # CSS pixels per inch; a point is 1/72 inch, so 9 pt = 12 CSS px
 PIXEL_DENSITY = 2         # image pixels per CSS pixel
@@ -368,3 +369,35 @@ def set_figure_defaults(shell=None) -> None:
     for formatter in formatters.values():
         formatter.pop(Figure, None)
     shell.display_formatter.mimebundle_formatter.for_type(Figure, figure_bundle)
+
+
+def _number_like(cell) -> bool:
+    digits = str(cell).replace(",", "").replace(".", "").replace("%", "").lstrip("-")
+    return digits.isdigit() or str(cell) in ("", "\u2013", "-")
+
+
+def markdown_table(head, rows, *, numbers_from=None):
+    """A table for the page, as IPython ``Markdown`` (the book renders it as a real table).
+
+    ``head``: the column titles; ``rows``: one sequence of cells per row, as many as ``head``.
+    Columns from ``numbers_from`` on are right-aligned; with ``None``, every column after the
+    first whose cells are all numbers (digits with ``,`` ``.`` ``%`` or a sign), blank or a dash.
+    """
+    from IPython.display import Markdown
+
+    head, rows = list(head), [list(r) for r in rows]
+    if not head:
+        raise ValueError("markdown_table: head must name at least one column")
+    for k, row in enumerate(rows):
+        if len(row) != len(head):
+            raise ValueError(f"markdown_table: rows[{k}] has {len(row)} cells, head has {len(head)} columns")
+    if numbers_from is None:
+        right = [i > 0 and bool(rows) and all(_number_like(r[i]) for r in rows) for i in range(len(head))]
+    elif isinstance(numbers_from, bool) or not isinstance(numbers_from, int) or not 0 <= numbers_from <= len(head):
+        raise ValueError(f"markdown_table: numbers_from must be a column index from 0 to {len(head)} or None, "
+                         f"got {numbers_from!r}")
+    else:
+        right = [i >= numbers_from for i in range(len(head))]
+    align = ["---:" if r else "---" for r in right]
+    lines = ["| " + " | ".join(map(str, row)) + " |" for row in [head, align, *rows]]
+    return Markdown("\n".join(lines))
