@@ -1,0 +1,578 @@
+"""Where the time goes: a profiler trace read back, per device, and drawn as a timeline.
+
+``jax.profiler.trace(folder)`` writes, under ``folder/plugins/profile/<run>/``, a ``<host>.trace.json.gz``:
+Chrome trace-event JSON (``json.load`` reads it), whose complete events (``"ph": "X"``) carry a start
+``ts`` and a duration ``dur`` in microseconds, a process ``pid`` and a thread ``tid`` named by metadata
+events (``"ph": "M"``). This module reads that file, never the binary ``.xplane.pb`` beside it.
+
+Where the XLA ops of a device are, two layouts, both read here (:func:`read_trace`):
+
+* **Accelerators** (TPU, GPU): each device is a process named ``/device:TPU:N`` (or ``GPU``), whose
+  ``XLA Ops`` thread holds one event per op, named as the compiled program names its instruction, and
+  whose ``XLA Modules`` thread holds one event per run of a program (a step).
+* **Host devices** (XLA:CPU): all simulated devices share one process (``/host:CPU``) and its thread
+  pool; an op's event names its device, program and run in ``args`` (``device_ordinal``, ``hlo_module``,
+  ``hlo_op``, ``run_id``). A collective's event lasts until every device has reached it; the
+  ``Rendezvous`` and ``Wait for rendezvous callback`` events on the same thread inside it are the time
+  it waited for the others to arrive and for the exchange to be done.
+
+Then :func:`time_breakdown` splits a step per device into compute, collectives, waits and idle time,
+:func:`op_totals` ranks the ops, :func:`hlo_sources` reads a compiled program's text back to each
+instruction's ``op_name`` (the ``jax.named_scope`` path) and source line, and :func:`draw_timeline`
+draws one step, one row per device. Everything here is *measured* on the machine that ran the trace.
+
+:func:`read_memory_profile` reads what ``jax.profiler.save_device_memory_profile`` writes: a gzipped
+pprof ``Profile`` protocol buffer, decoded by the ``protobuf`` package from the message types of pprof's
+published schema (github.com/google/pprof, ``proto/profile.proto``), declared here field by field.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["DeviceOp", "Wait", "Trace", "trace_file", "read_trace", "op_kind", "time_breakdown", "op_totals",
+           "InstructionSource", "hlo_sources", "scope_of", "draw_timeline", "MemorySample", "read_memory_profile"]
+
+#: Substrings that make an op a collective (XLA's opcode names, also inside async ``-start``/``-done``).
+COLLECTIVE_NAMES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
+                    "collective-broadcast", "ragged-all-to-all")
+
+_DEVICE_PROCESS = re.compile(r"^/device:(TPU|GPU|CPU):(\d+)")
+_OPS_THREAD = "XLA Ops"
+_MODULES_THREAD = "XLA Modules"
+_RENDEZVOUS = ("Rendezvous", "Wait for rendezvous callback")
+_MODULE_ID = re.compile(r"\(\d+\)$")
+
+
+@dataclass(frozen=True)
+class DeviceOp:
+    """One run of one XLA op on one device: times in microseconds from the trace's start.
+
+    ``kind`` is ``"collective"`` or ``"compute"`` (:func:`op_kind`); ``step`` counts the runs of
+    ``module`` on that device from 0, in order of time.
+    """
+
+    device: int
+    name: str
+    kind: str
+    start: float
+    duration: float
+    module: str
+    step: int
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Time a device spent inside collective ``op`` waiting for the other devices to arrive."""
+
+    device: int
+    op: str
+    start: float
+    duration: float
+    step: int
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+@dataclass(frozen=True)
+class Trace:
+    """What :func:`read_trace` found: the devices (from the trace's own process metadata), their ops and
+    waits, and the platform those devices are (``"TPU"``, ``"GPU"`` or ``"CPU"``)."""
+
+    platform: str
+    devices: tuple
+    ops: tuple
+    waits: tuple
+    modules: tuple
+
+    @property
+    def steps(self) -> int:
+        """How many runs of the program every device shows."""
+        counts = [len({op.step for op in self.ops if op.device == d}) for d in self.devices]
+        return min(counts) if counts else 0
+
+    def ops_in(self, step: int, device: int | None = None) -> list:
+        """The ops of ``step`` (of every device, or of ``device``), in order of time."""
+        self._check_step(step)
+        return sorted((op for op in self.ops if op.step == step and (device is None or op.device == device)),
+                      key=lambda op: (op.device, op.start))
+
+    def waits_in(self, step: int, device: int | None = None) -> list:
+        self._check_step(step)
+        return sorted((w for w in self.waits if w.step == step and (device is None or w.device == device)),
+                      key=lambda w: (w.device, w.start))
+
+    def _check_step(self, step) -> None:
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < self.steps:
+            raise ValueError(f"step must be an integer from 0 to {self.steps - 1} (the runs every device "
+                             f"shows in this trace), got {step!r}")
+
+
+def op_kind(name: str) -> str:
+    """``"collective"`` if the op's name is a collective's (``all-gather.2``, ``all-reduce-start``),
+    else ``"compute"`` (fusions, products, copies: everything a device does by itself)."""
+    if not isinstance(name, str):
+        raise ValueError(f"op_kind: name must be an op's name (a string), got {name!r}")
+    return "collective" if any(c in name for c in COLLECTIVE_NAMES) else "compute"
+
+
+def trace_file(folder) -> Path:
+    """The newest ``*.trace.json.gz`` under ``folder`` (what ``jax.profiler.trace(folder)`` wrote)."""
+    if not isinstance(folder, (str, Path)):
+        raise ValueError(f"trace_file: folder must be a path (str or Path), got {type(folder).__name__}")
+    root = Path(folder)
+    if root.is_file() and root.name.endswith(".trace.json.gz"):
+        return root
+    if not root.is_dir():
+        raise ValueError(f"trace_file: folder must be a folder jax.profiler.trace wrote, got {str(folder)!r} "
+                         "(no such folder)")
+    found = sorted(root.rglob("*.trace.json.gz"), key=lambda p: (p.stat().st_mtime, str(p)))
+    if not found:
+        raise ValueError(f"trace_file: no *.trace.json.gz under {str(folder)!r}: was it written by "
+                         "jax.profiler.trace?")
+    return found[-1]
+
+
+def _events(data) -> list:
+    if isinstance(data, dict):
+        data = data.get("traceEvents")
+    if not isinstance(data, list):
+        raise ValueError("read_trace: the trace must be Chrome trace-event JSON (a dict with 'traceEvents', "
+                         "or the list of events)")
+    return data
+
+
+def _names(events) -> tuple[dict, dict]:
+    processes, threads = {}, {}
+    for e in events:
+        if e.get("ph") != "M":
+            continue
+        name = e.get("args", {}).get("name", "")
+        if e.get("name") == "process_name":
+            processes[e.get("pid")] = name
+        elif e.get("name") == "thread_name":
+            threads[(e.get("pid"), e.get("tid"))] = name
+    return processes, threads
+
+
+def _numbered(runs: dict) -> dict:
+    """{(device, module, run key): first start} -> {(device, module, run key): step index on that device}."""
+    order: dict = {}
+    for (device, module, key), start in sorted(runs.items(), key=lambda kv: kv[1]):
+        count = order.setdefault((device, module), {})
+        count[key] = len(count)
+    return {(d, m, k): order[(d, m)][k] for (d, m, k) in runs}
+
+
+def _device_processes(events, processes, threads, module):
+    """Ops from per-device processes (TPU, GPU): the XLA Ops line, steps from the XLA Modules line."""
+    devices = {}
+    for pid, name in processes.items():
+        m = _DEVICE_PROCESS.match(name)
+        if m and m.group(1) != "CPU" and any(p == pid and t == _OPS_THREAD for (p, _), t in threads.items()):
+            devices[pid] = (m.group(1), int(m.group(2)))
+    if not devices:
+        return None
+    runs, raw = {}, []
+    for e in events:
+        if e.get("ph") != "X" or e.get("pid") not in devices:
+            continue
+        line = threads.get((e["pid"], e.get("tid")))
+        device = devices[e["pid"]][1]
+        if line == _MODULES_THREAD:
+            name = _MODULE_ID.sub("", e["name"])
+            if module is None or name == module:
+                runs[(device, name, (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))] = float(e["ts"])
+        elif line == _OPS_THREAD:
+            raw.append((device, e["name"], float(e["ts"]), float(e.get("dur", 0))))
+    steps = _numbered(runs)
+    ops = []
+    for device, name, start, duration in raw:
+        for (d, mod, (a, b)), step in steps.items():
+            if d == device and a <= start and start + duration <= b + 1e-3:
+                ops.append(DeviceOp(device, name, op_kind(name), start, duration, mod, step))
+                break
+    platform = next(iter(devices.values()))[0]
+    return platform, sorted({d for _, d in devices.values()}), ops, []
+
+
+def _host_devices(events, module):
+    """Ops of XLA:CPU's simulated devices: events whose args name a device ordinal and an HLO op."""
+    runs, raw, by_thread = {}, [], {}
+    for e in events:
+        args = e.get("args") or {}
+        if e.get("ph") != "X" or "device_ordinal" not in args or "hlo_op" not in args:
+            continue
+        name, mod = args["hlo_op"], args.get("hlo_module", "")
+        if module is not None and mod != module:
+            continue
+        device, start, duration = int(args["device_ordinal"]), float(e["ts"]), float(e.get("dur", 0))
+        key = (device, mod, args.get("run_id", ""))
+        runs[key] = min(runs.get(key, start), start)
+        raw.append((key, name, start, duration, e.get("tid")))
+    steps = _numbered(runs)
+    ops = []
+    for key, name, start, duration, tid in raw:
+        op = DeviceOp(key[0], name, op_kind(name), start, duration, key[1], steps[key])
+        ops.append(op)
+        if op.kind == "collective":
+            by_thread.setdefault((tid), []).append(op)
+    waits = []
+    for e in events:   # a rendezvous inside a collective, on the thread that ran it: that device waiting
+        if e.get("ph") != "X" or e.get("name") not in _RENDEZVOUS:
+            continue
+        start, duration = float(e["ts"]), float(e.get("dur", 0))
+        for op in by_thread.get(e.get("tid"), ()):
+            if op.start <= start and start + duration <= op.end + 1e-3:
+                waits.append(Wait(op.device, op.name, start, duration, op.step))
+                break
+    return "CPU", sorted({op.device for op in ops}), ops, waits
+
+
+def read_trace(source, *, module: str | None = None) -> Trace:
+    """Read the XLA ops of every device from a profiler trace.
+
+    ``source``: a folder ``jax.profiler.trace`` wrote (its newest ``*.trace.json.gz``, :func:`trace_file`),
+    a ``.trace.json.gz`` file, or the trace already loaded (a dict). ``module``: keep only the runs of
+    this program (its HLO module name, e.g. ``"jit_step"``), or ``None`` for all. Devices are found from
+    the trace's process metadata (``/device:TPU:N``, ``/device:GPU:N``) or, on the host, from the
+    ``device_ordinal`` of each op; no thread name is assumed beyond those the profiler gives.
+    """
+    if module is not None and not isinstance(module, str):
+        raise ValueError(f"read_trace: module must be an HLO module name (a string) or None, got {module!r}")
+    if isinstance(source, (dict, list)):
+        data = source
+    else:
+        with gzip.open(trace_file(source), "rt") as f:
+            data = json.load(f)
+    events = _events(data)
+    processes, threads = _names(events)
+    found = _device_processes(events, processes, threads, module) or _host_devices(events, module)
+    platform, devices, ops, waits = found
+    if not ops:
+        raise ValueError("read_trace: the trace holds no XLA ops" + (f" of module {module!r}" if module else "")
+                         + ": did the traced code run a jitted program (and block until it finished)?")
+    modules = tuple(sorted({op.module for op in ops}))
+    return Trace(platform, tuple(devices), tuple(sorted(ops, key=lambda o: (o.device, o.start))),
+                 tuple(sorted(waits, key=lambda w: (w.device, w.start))), modules)
+
+
+def _union(intervals) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def _window(trace: Trace, step: int) -> tuple[float, float]:
+    ops = trace.ops_in(step)
+    return min(op.start for op in ops), max(op.end for op in ops)
+
+
+def time_breakdown(trace: Trace, step: int) -> dict:
+    """Per device, where the time of ``step`` went, in microseconds.
+
+    The step's window runs from the first op of any device to the last op of any device. For each
+    device: ``compute`` (time inside its compute ops), ``collective`` (inside its collectives, less
+    the waits), ``wait`` (inside a collective, waiting for the others: :class:`Wait`; 0 where the trace
+    records none), ``idle`` (in the window, in no op) and ``window``. The four parts add up to the
+    window (ops of one device that overlap count once, as the first kind in that order).
+    """
+    if not isinstance(trace, Trace):
+        raise ValueError(f"time_breakdown: trace must be a Trace (read_trace), got {type(trace).__name__}")
+    lo, hi = _window(trace, step)
+    out = {}
+    for d in trace.devices:
+        ops = trace.ops_in(step, d)
+        waits = [(w.start, w.end) for w in trace.waits_in(step, d)]
+        compute = [(o.start, o.end) for o in ops if o.kind == "compute"]
+        collective = [(o.start, o.end) for o in ops if o.kind == "collective"]
+        busy = _union(compute + collective)
+        c = _union(compute)
+        w = _union(compute + waits) - c
+        coll = busy - c - w
+        out[d] = {"compute": c, "collective": coll, "wait": w, "idle": (hi - lo) - busy, "window": hi - lo}
+    return out
+
+
+def op_totals(trace: Trace, steps=None) -> list[tuple[str, str, int, float]]:
+    """``(op name, kind, runs, total microseconds)`` summed over devices and ``steps`` (default: all
+    steps every device shows), longest first. A collective's time includes its waits."""
+    if not isinstance(trace, Trace):
+        raise ValueError(f"op_totals: trace must be a Trace (read_trace), got {type(trace).__name__}")
+    steps = range(trace.steps) if steps is None else steps
+    totals: dict = {}
+    for s in steps:
+        for op in trace.ops_in(s):
+            runs, total = totals.get(op.name, (0, 0.0))
+            totals[op.name] = (runs + 1, total + op.duration)
+    return sorted(((n, op_kind(n), r, t) for n, (r, t) in totals.items()), key=lambda row: -row[3])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# From an op's name back to the program and the source
+
+
+@dataclass(frozen=True)
+class InstructionSource:
+    """An instruction of a compiled program: its ``op_name`` (JAX's path of named scopes and
+    transformations, e.g. ``jit(step)/transpose(jvp(layer1))/dot_general``) and the Python
+    ``function`` and ``line`` that wrote it (``file`` is the full path: print its name alone)."""
+
+    name: str
+    opcode: str
+    op_name: str
+    file: str | None
+    line: int | None
+    function: str | None
+
+
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\(")
+_META = re.compile(r"metadata=\{([^}]*)\}")
+_FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s}]+)')
+_TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
+
+
+def _unquote(value: str) -> str:
+    return value[1:-1].replace('\\"', '"').replace("\\'", "'") if value.startswith('"') else value
+
+
+def _tables(text: str) -> dict:
+    tables, current = {}, None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            current = tables.setdefault(line, {})
+            continue
+        m = _TABLE_ROW.match(line) if current is not None else None
+        if m:
+            current[int(m.group(1))] = m.group(2)
+        elif current is not None and line:
+            current = None
+    return tables
+
+
+def hlo_sources(hlo_text: str) -> dict:
+    """``{instruction name: InstructionSource}`` for every instruction of a compiled program's text
+    (``compiled.as_text()``) that carries metadata. The source line comes from the instruction's
+    ``stack_frame_id`` and the program's ``StackFrames``/``FileLocations`` tables (the innermost frame),
+    or from ``source_file``/``source_line`` where a program writes them inline."""
+    if not isinstance(hlo_text, str) or "HloModule" not in hlo_text:
+        raise ValueError("hlo_sources: hlo_text must be a compiled program's text (compiled.as_text()), "
+                         "starting with 'HloModule'")
+    tables = _tables(hlo_text)
+
+    def fields(row: str) -> dict:
+        return {k: _unquote(v) for k, v in _FIELD.findall(row)}
+
+    files = {k: _unquote(v) for k, v in tables.get("FileNames", {}).items()}
+    functions = {k: _unquote(v) for k, v in tables.get("FunctionNames", {}).items()}
+    locations = {k: fields(v) for k, v in tables.get("FileLocations", {}).items()}
+    frames = {k: fields(v) for k, v in tables.get("StackFrames", {}).items()}
+    out = {}
+    for line in hlo_text.splitlines():
+        m, meta = _INSTR.match(line), _META.search(line)
+        if not m or not meta:
+            continue
+        f = fields(meta.group(1))
+        file = f.get("source_file")
+        number = int(f["source_line"]) if f.get("source_line", "").isdigit() else None
+        function = None
+        frame = frames.get(int(f["stack_frame_id"])) if f.get("stack_frame_id", "").isdigit() else None
+        if frame is not None:
+            loc = locations.get(int(frame.get("file_location_id", -1)), {})
+            file = files.get(int(loc.get("file_name_id", -1)), file)
+            function = functions.get(int(loc.get("function_name_id", -1)))
+            number = int(loc["line"]) if loc.get("line", "").isdigit() else number
+        out[m.group(1)] = InstructionSource(m.group(1), m.group(2), f.get("op_name", ""), file, number, function)
+    return out
+
+
+def scope_of(op_name: str, scopes) -> str | None:
+    """The innermost of ``scopes`` (names given to ``jax.named_scope``) in an ``op_name`` path, or None;
+    with `` (backward)`` added where the path holds a ``transpose(...)``: the operation belongs to the
+    gradient's side (``transpose(jvp(layer1))`` for a scope inside the differentiated function,
+    ``layer1/transpose(jvp())`` for one around ``jax.grad``)."""
+    if not isinstance(op_name, str):
+        raise ValueError(f"scope_of: op_name must be a string, got {op_name!r}")
+    if isinstance(scopes, str) or not all(isinstance(s, str) for s in scopes):
+        raise ValueError(f"scope_of: scopes must be a list of scope names (strings), got {scopes!r}")
+    found = None
+    path = op_name.split(";")[0]
+    for part in path.split("/"):
+        for name in scopes:
+            if re.search(rf"(^|\(){re.escape(name)}(\)|$)", part):
+                found = name
+    return None if found is None else found + (" (backward)" if "transpose(" in path else "")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The picture
+
+COLORS = {"compute": "#4C72B0", "collective": "#DD8452", "wait": "#C44E52"}
+_SCOPE_COLORS = ("#8172B3", "#55A868", "#CCB974", "#DA8BC3", "#937860", "#64B5CD", "#8C8C8C", "#B0C4DE")
+_ROW_IN = 0.32
+_MAX_W_IN = 7.0
+
+
+def draw_timeline(trace: Trace, step: int, *, scopes: dict | None = None, width: float = _MAX_W_IN,
+                  title: str | None = None):
+    """One step of ``trace`` as a timeline: a row per device, its compute ops, its collectives, the
+    waits inside them (hatched) and, as white space, its idle time; in milliseconds from the step's
+    first op. ``scopes``: ``{op name: scope label}`` (e.g. from :func:`scope_of`), drawn as a band
+    above each device's row. Returns the matplotlib Figure (at most 7 in wide, text at 9 pt or more).
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    if not isinstance(trace, Trace):
+        raise ValueError(f"draw_timeline: trace must be a Trace (read_trace), got {type(trace).__name__}")
+    if scopes is not None and not isinstance(scopes, dict):
+        raise ValueError(f"draw_timeline: scopes must be a dict {{op name: scope label}} or None, got {scopes!r}")
+    if isinstance(width, bool) or not isinstance(width, (int, float)) or not 2 <= width <= _MAX_W_IN:
+        raise ValueError(f"draw_timeline: width must be a number of inches from 2 to {_MAX_W_IN}, got {width!r}")
+    lo, hi = _window(trace, step)
+    labels = sorted({v for v in (scopes or {}).values() if v})
+    color_of = {s: _SCOPE_COLORS[i % len(_SCOPE_COLORS)] for i, s in enumerate(labels)}
+    n = len(trace.devices)
+    fig, ax = plt.subplots(figsize=(width, 1.5 + _ROW_IN * n * (1.4 if labels else 1.0)))
+    pitch = 1.4 if labels else 1.0
+    ms = 1e-3
+    for row, d in enumerate(trace.devices):
+        y = (n - 1 - row) * pitch
+        for op in trace.ops_in(step, d):
+            ax.broken_barh([((op.start - lo) * ms, op.duration * ms)], (y, 0.8), color=COLORS[op.kind],
+                           linewidth=0)
+            label = (scopes or {}).get(op.name)
+            if label:
+                ax.broken_barh([((op.start - lo) * ms, op.duration * ms)], (y + 0.85, 0.3),
+                               color=color_of[label], linewidth=0)
+        for w in trace.waits_in(step, d):
+            ax.broken_barh([((w.start - lo) * ms, w.duration * ms)], (y, 0.8), facecolor=COLORS["wait"],
+                           edgecolor="white", hatch="////", linewidth=0)
+    ax.set_yticks([(n - 1 - row) * pitch + 0.4 for row in range(n)])
+    ax.set_yticklabels([f"{trace.platform} {d}" for d in trace.devices])
+    ax.set_xlim(0, (hi - lo) * ms)
+    ax.set_ylim(-0.2, (n - 1) * pitch + (1.25 if labels else 0.95))
+    ax.set_xlabel("time from the step's first op (ms)")
+    ax.spines[["top", "right", "left"]].set_visible(False)
+    ax.tick_params(axis="y", length=0)
+    if title:
+        ax.set_title(title)
+    handles = [Patch(color=COLORS["compute"], label="compute"), Patch(color=COLORS["collective"],
+               label="collective"), Patch(facecolor=COLORS["wait"], edgecolor="white", hatch="////",
+               label="waiting in a collective")]
+    handles += [Patch(color=color_of[s], label=s) for s in labels]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The device memory profile (pprof)
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    """One line of a device memory profile: ``nbytes`` in ``allocations`` live buffers of ``kind``
+    (``"buffer"``, ``"executable"``) on ``device`` (e.g. ``"cpu:3"``, ``None`` for an executable),
+    allocated from ``stack``: ``(function, file, line)`` frames, innermost first."""
+
+    kind: str
+    device: str | None
+    allocations: int
+    nbytes: int
+    stack: tuple
+
+    def allocated_at(self, skip=("jax", "jaxlib")) -> tuple | None:
+        """The innermost frame outside packages named in ``skip``: the caller's own line."""
+        for function, file, line in self.stack:
+            parts = set(re.split(r"[\\/]", file or ""))
+            if not parts & set(skip) and "site-packages" not in parts and not (file or "").startswith("<frozen"):
+                return function, file, line
+        return None
+
+
+_PPROF_MESSAGES = (   # pprof's profile.proto, the fields a device memory profile uses: (name, number, type, repeated)
+    ("ValueType", (("type", 1, "int64", False), ("unit", 2, "int64", False))),
+    ("Label", (("key", 1, "int64", False), ("str", 2, "int64", False), ("num", 3, "int64", False),
+               ("num_unit", 4, "int64", False))),
+    ("Sample", (("location_id", 1, "uint64", True), ("value", 2, "int64", True), ("label", 3, "Label", True))),
+    ("Line", (("function_id", 1, "uint64", False), ("line", 2, "int64", False))),
+    ("Location", (("id", 1, "uint64", False), ("mapping_id", 2, "uint64", False), ("address", 3, "uint64", False),
+                  ("line", 4, "Line", True))),
+    ("Function", (("id", 1, "uint64", False), ("name", 2, "int64", False), ("system_name", 3, "int64", False),
+                  ("filename", 4, "int64", False), ("start_line", 5, "int64", False))),
+    ("Profile", (("sample_type", 1, "ValueType", True), ("sample", 2, "Sample", True),
+                 ("location", 4, "Location", True), ("function", 5, "Function", True),
+                 ("string_table", 6, "string", True))),
+)
+
+
+def _profile_class():
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    field = descriptor_pb2.FieldDescriptorProto
+    types = {"int64": field.TYPE_INT64, "uint64": field.TYPE_UINT64, "string": field.TYPE_STRING}
+    schema = descriptor_pb2.FileDescriptorProto(name="shardlab_pprof.proto", package="shardlab_pprof",
+                                                syntax="proto3")
+    for name, fields in _PPROF_MESSAGES:
+        message = schema.message_type.add(name=name)
+        for fname, number, ftype, repeated in fields:
+            f = message.field.add(name=fname, number=number,
+                                  label=field.LABEL_REPEATED if repeated else field.LABEL_OPTIONAL)
+            if ftype in types:
+                f.type = types[ftype]
+            else:
+                f.type, f.type_name = field.TYPE_MESSAGE, f".shardlab_pprof.{ftype}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(schema)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shardlab_pprof.Profile"))
+
+
+def read_memory_profile(source) -> list[MemorySample]:
+    """The samples of a device memory profile: ``jax.profiler.device_memory_profile()``'s bytes, or the
+    file ``jax.profiler.save_device_memory_profile`` wrote. Largest first."""
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.is_file():
+            raise ValueError(f"read_memory_profile: source must be a memory profile's bytes or file, got "
+                             f"{str(source)!r} (no such file)")
+        source = path.read_bytes()
+    if not isinstance(source, (bytes, bytearray)):
+        raise ValueError(f"read_memory_profile: source must be bytes (jax.profiler.device_memory_profile()) "
+                         f"or a file path, got {type(source).__name__}")
+    raw = gzip.decompress(source) if source[:2] == b"\x1f\x8b" else bytes(source)
+    profile = _profile_class()()
+    try:
+        profile.ParseFromString(raw)
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError, named in the message
+        raise ValueError(f"read_memory_profile: source is not a pprof profile ({type(e).__name__})") from None
+    strings = profile.string_table
+    kinds = [strings[v.type] for v in profile.sample_type]
+    if "space" not in kinds:
+        raise ValueError(f"read_memory_profile: a device memory profile has a 'space' value; this one has "
+                         f"{kinds}")
+    functions = {f.id: f for f in profile.function}
+    locations = {loc.id: loc for loc in profile.location}
+    samples = []
+    for sample in profile.sample:
+        labels = {strings[lab.key]: strings[lab.str] if lab.str else lab.num for lab in sample.label}
+        values = dict(zip(kinds, sample.value))
+        stack = tuple((strings[functions[ln.function_id].name], strings[functions[ln.function_id].filename],
+                       int(ln.line)) for lid in sample.location_id for ln in locations[lid].line)
+        samples.append(MemorySample(str(labels.get("kind", "")), labels.get("device"),
+                                    int(values.get("allocations", 0)), int(values["space"]), stack))
+    return sorted(samples, key=lambda s: -s.nbytes)
