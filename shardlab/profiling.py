@@ -5,16 +5,27 @@ Chrome trace-event JSON (``json.load`` reads it), whose complete events (``"ph":
 ``ts`` and a duration ``dur`` in microseconds, a process ``pid`` and a thread ``tid`` named by metadata
 events (``"ph": "M"``). This module reads that file, never the binary ``.xplane.pb`` beside it.
 
-Where the XLA ops of a device are, two layouts, both read here (:func:`read_trace`):
+Where the XLA ops of a device are, three layouts, all read here (:func:`read_trace`). Only the host layout
+is exercised by a real trace in this package's tests; the other two follow XProf's documented conventions
+(github.com/openxla/xprof, ``docs/trace_viewer.md``: "only the XLA Ops for TPUs and stream data for GPUs are
+directly grounded in the collected profile; all other lines are derived lines"):
 
-* **Accelerators** (TPU, GPU): each device is a process named ``/device:TPU:N`` (or ``GPU``), whose
-  ``XLA Ops`` thread holds one event per op, named as the compiled program names its instruction, and
-  whose ``XLA Modules`` thread holds one event per run of a program (a step).
+* **TPU**: each device is a process named ``/device:TPU:N`` whose ``XLA Ops`` thread holds one event per op,
+  named as the compiled program names its instruction, and whose ``XLA Modules`` thread holds one event per
+  run of a program (a step). Asynchronous collectives are two ops there, ``...-start`` and ``...-done``.
+* **GPU**: each device is a process named ``/device:GPU:N`` with one thread per stream (``Stream #N(...)``);
+  each kernel's event carries the instruction that launched it and its program as ``args`` ``hlo_op`` and
+  ``hlo_module`` (the stats XProf's ``GpuEventStats`` reads, ``xprof/utils/gpu_event_stats.cc``). The
+  ``XLA Ops``/``XLA Modules`` lines are derived by XProf when it loads a profile
+  (``xprof/utils/derived_timeline.cc``) and are not in the file JAX writes, so runs of a program are told
+  apart here by where its first op reappears. One instruction may launch several kernels (each is read as
+  one op run); a collective is the communication kernel on its own stream, and its ``-done`` has no kernel.
 * **Host devices** (XLA:CPU): all simulated devices share one process (``/host:CPU``) and its thread
   pool; an op's event names its device, program and run in ``args`` (``device_ordinal``, ``hlo_module``,
-  ``hlo_op``, ``run_id``). A collective's event lasts until every device has reached it; the
-  ``Rendezvous`` and ``Wait for rendezvous callback`` events on the same thread inside it are the time
-  it waited for the others to arrive and for the exchange to be done.
+  ``hlo_op``, ``run_id``). A collective is a rendezvous of the devices' threads (XLA's ``rendezvous.cc``):
+  inside it, on the same thread, ``Wait: pending_threads=k/n`` events are the time it waited for the
+  others to arrive, and ``Wait for rendezvous callback`` the time it waited, all arrived, for the
+  rendezvous to complete.
 
 Then :func:`time_breakdown` splits a step per device into compute, collectives, waits and idle time,
 :func:`op_totals` ranks the ops, :func:`hlo_sources` reads a compiled program's text back to each
@@ -44,7 +55,9 @@ COLLECTIVE_NAMES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", 
 _DEVICE_PROCESS = re.compile(r"^/device:(TPU|GPU|CPU):(\d+)")
 _OPS_THREAD = "XLA Ops"
 _MODULES_THREAD = "XLA Modules"
-_RENDEZVOUS = ("Rendezvous", "Wait for rendezvous callback")
+_STREAM_THREAD = "Stream #"
+_ARRIVAL_WAIT = "Wait: pending_threads"
+_COMPLETION_WAIT = "Wait for rendezvous callback"
 _MODULE_ID = re.compile(r"\(\d+\)$")
 
 
@@ -71,13 +84,15 @@ class DeviceOp:
 
 @dataclass(frozen=True)
 class Wait:
-    """Time a device spent inside collective ``op`` waiting for the other devices to arrive."""
+    """Time a device spent inside collective ``op`` waiting: ``reason`` is ``"arrival"`` (for the other
+    devices to arrive) or ``"completion"`` (all arrived, for the rendezvous to complete)."""
 
     device: int
     op: str
     start: float
     duration: float
     step: int
+    reason: str = "arrival"
 
     @property
     def end(self) -> float:
@@ -175,7 +190,7 @@ def _numbered(runs: dict) -> dict:
 
 
 def _device_processes(events, processes, threads, module):
-    """Ops from per-device processes (TPU, GPU): the XLA Ops line, steps from the XLA Modules line."""
+    """Ops from per-device processes with an XLA Ops line (TPU), steps from the XLA Modules line."""
     devices = {}
     for pid, name in processes.items():
         m = _DEVICE_PROCESS.match(name)
@@ -206,6 +221,41 @@ def _device_processes(events, processes, threads, module):
     return platform, sorted({d for _, d in devices.values()}), ops, []
 
 
+def _gpu_streams(events, processes, threads, module):
+    """Ops from GPU stream lines: kernel events whose args name the HLO op and module that launched them.
+
+    A run of a program starts where its first op (in time, on that device) comes back after other ops.
+    """
+    devices = {}
+    for pid, name in processes.items():
+        m = _DEVICE_PROCESS.match(name)
+        if m and m.group(1) == "GPU":
+            devices[pid] = int(m.group(2))
+    kernels: dict = {}
+    for e in events:
+        args = e.get("args") or {}
+        if (e.get("ph") != "X" or e.get("pid") not in devices or "hlo_op" not in args
+                or not threads.get((e["pid"], e.get("tid")), "").startswith(_STREAM_THREAD)):
+            continue
+        mod = _MODULE_ID.sub("", str(args.get("hlo_module", "")))
+        if module is not None and mod != module:
+            continue
+        kernels.setdefault((devices[e["pid"]], mod), []).append(
+            (float(e["ts"]), float(e.get("dur", 0)), str(args["hlo_op"])))
+    if not kernels:
+        return None
+    ops = []
+    for (device, mod), found in kernels.items():
+        found.sort()
+        first, step, previous = found[0][2], -1, None
+        for start, duration, name in found:
+            if name == first and previous != first:
+                step += 1
+            previous = name
+            ops.append(DeviceOp(device, name, op_kind(name), start, duration, mod, step))
+    return "GPU", sorted({op.device for op in ops}), ops, []
+
+
 def _host_devices(events, module):
     """Ops of XLA:CPU's simulated devices: events whose args name a device ordinal and an HLO op."""
     runs, raw, by_thread = {}, [], {}
@@ -226,15 +276,17 @@ def _host_devices(events, module):
         op = DeviceOp(key[0], name, op_kind(name), start, duration, key[1], steps[key])
         ops.append(op)
         if op.kind == "collective":
-            by_thread.setdefault((tid), []).append(op)
+            by_thread.setdefault(tid, []).append(op)
     waits = []
-    for e in events:   # a rendezvous inside a collective, on the thread that ran it: that device waiting
-        if e.get("ph") != "X" or e.get("name") not in _RENDEZVOUS:
+    for e in events:   # a wait inside a collective, on the thread that ran it: that device waiting
+        name = e.get("name", "")
+        if e.get("ph") != "X" or not (name.startswith(_ARRIVAL_WAIT) or name == _COMPLETION_WAIT):
             continue
         start, duration = float(e["ts"]), float(e.get("dur", 0))
         for op in by_thread.get(e.get("tid"), ()):
             if op.start <= start and start + duration <= op.end + 1e-3:
-                waits.append(Wait(op.device, op.name, start, duration, op.step))
+                reason = "completion" if name == _COMPLETION_WAIT else "arrival"
+                waits.append(Wait(op.device, op.name, start, duration, op.step, reason))
                 break
     return "CPU", sorted({op.device for op in ops}), ops, waits
 
@@ -245,8 +297,9 @@ def read_trace(source, *, module: str | None = None) -> Trace:
     ``source``: a folder ``jax.profiler.trace`` wrote (its newest ``*.trace.json.gz``, :func:`trace_file`),
     a ``.trace.json.gz`` file, or the trace already loaded (a dict). ``module``: keep only the runs of
     this program (its HLO module name, e.g. ``"jit_step"``), or ``None`` for all. Devices are found from
-    the trace's process metadata (``/device:TPU:N``, ``/device:GPU:N``) or, on the host, from the
-    ``device_ordinal`` of each op; no thread name is assumed beyond those the profiler gives.
+    the trace's process metadata (``/device:TPU:N`` with an ``XLA Ops`` line; ``/device:GPU:N`` with
+    ``Stream #`` lines whose kernels carry ``hlo_op``) or, on the host, from the ``device_ordinal`` of
+    each op (the three layouts of this module's docstring; only the host one is tested on a real trace).
     """
     if module is not None and not isinstance(module, str):
         raise ValueError(f"read_trace: module must be an HLO module name (a string) or None, got {module!r}")
@@ -257,7 +310,8 @@ def read_trace(source, *, module: str | None = None) -> Trace:
             data = json.load(f)
     events = _events(data)
     processes, threads = _names(events)
-    found = _device_processes(events, processes, threads, module) or _host_devices(events, module)
+    found = (_device_processes(events, processes, threads, module)
+             or _gpu_streams(events, processes, threads, module) or _host_devices(events, module))
     platform, devices, ops, waits = found
     if not ops:
         raise ValueError("read_trace: the trace holds no XLA ops" + (f" of module {module!r}" if module else "")
@@ -286,8 +340,8 @@ def time_breakdown(trace: Trace, step: int) -> dict:
 
     The step's window runs from the first op of any device to the last op of any device. For each
     device: ``compute`` (time inside its compute ops), ``collective`` (inside its collectives, less
-    the waits), ``wait`` (inside a collective, waiting for the others: :class:`Wait`; 0 where the trace
-    records none), ``idle`` (in the window, in no op) and ``window``. The four parts add up to the
+    the waits), ``wait`` (inside a collective, waiting for the others to arrive or for the rendezvous to
+    complete: :class:`Wait`; 0 where the trace records none), ``idle`` (in the window, in no op) and ``window``. The four parts add up to the
     window (ops of one device that overlap count once, as the first kind in that order).
     """
     if not isinstance(trace, Trace):
@@ -400,17 +454,48 @@ def hlo_sources(hlo_text: str) -> dict:
     return out
 
 
+def _alternatives(path: str) -> list[str] | None:
+    """A combined op_name ``prefix/(a:b)`` (XLA merged instructions from several places) -> ``[prefix/a,
+    prefix/b]``; None for a plain path."""
+    start = path.find("/(")
+    if start < 0 or not path.endswith(")"):
+        return None
+    inner, parts, depth, begin = path[start + 2:-1], [], 0, 0
+    for i, ch in enumerate(inner):
+        depth += (ch == "(") - (ch == ")")
+        if ch == ":" and depth == 0:
+            parts.append(inner[begin:i])
+            begin = i + 1
+    if not parts:
+        return None
+    parts.append(inner[begin:])
+    return [path[:start + 1] + part for part in parts]
+
+
 def scope_of(op_name: str, scopes) -> str | None:
     """The innermost of ``scopes`` (names given to ``jax.named_scope``) in an ``op_name`` path, or None;
     with `` (backward)`` added where the path holds a ``transpose(...)``: the operation belongs to the
     gradient's side (``transpose(jvp(layer1))`` for a scope inside the differentiated function,
-    ``layer1/transpose(jvp())`` for one around ``jax.grad``)."""
+    ``layer1/transpose(jvp())`` for one around ``jax.grad``). An instruction XLA combined from several
+    places has an ``op_name`` such as ``jit(f)/(transpose(jvp(layer1))/dot:transpose(jvp(layer2))/dot)``:
+    its scopes are joined, ``"layer1+layer2 (backward)"``."""
     if not isinstance(op_name, str):
         raise ValueError(f"scope_of: op_name must be a string, got {op_name!r}")
     if isinstance(scopes, str) or not all(isinstance(s, str) for s in scopes):
         raise ValueError(f"scope_of: scopes must be a list of scope names (strings), got {scopes!r}")
-    found = None
     path = op_name.split(";")[0]
+    alternatives = _alternatives(path)
+    if alternatives:
+        found = [scope_of(a, scopes) for a in alternatives]
+        labels = list(dict.fromkeys(f for f in found if f))
+        if len(labels) <= 1:
+            return labels[0] if labels else None
+        suffix = " (backward)"
+        if all(label.endswith(suffix) for label in labels):
+            bases = sorted((label[:-len(suffix)] for label in labels), key=list(scopes).index)
+            return "+".join(bases) + suffix
+        return "+".join(labels)
+    found = None
     for part in path.split("/"):
         for name in scopes:
             if re.search(rf"(^|\(){re.escape(name)}(\)|$)", part):

@@ -42,20 +42,25 @@ def _host_op(name, device, ts, dur, run, tid):
 
 
 def host_trace():
-    """Two CPU devices, two runs: a fusion, then an all-reduce in which device 1 waits 30 us."""
+    """Two CPU devices, two runs: a fusion, then an all-reduce in which device 1 waits 30 us for device 0 to
+    arrive and device 0 waits 5 us for the rendezvous to complete. Span names as XLA:CPU's rendezvous writes
+    them (a ``Rendezvous`` span around the waits; ``InvokeRendezvous`` is the exchange, not a wait)."""
     events = [_meta(1, "/host:CPU"), _meta(1, "worker", 10), _meta(1, "worker", 11)]
     for run, base in ((7, 0.0), (8, 1000.0)):
         events += [_host_op("fusion.1", 0, base + 0, 50, run, 10), _host_op("all-reduce.3", 0, base + 50, 40, run, 10),
                    _host_op("fusion.1", 1, base + 0, 20, run, 11), _host_op("all-reduce.3", 1, base + 20, 70, run, 11),
-                   _span("Rendezvous", base + 25, 30, tid=11),
-                   _span("Rendezvous", base + 55, 5, tid=10)]
+                   _span("Rendezvous", base + 22, 60, tid=11),
+                   _span("Wait: pending_threads=1/2", base + 25, 30, tid=11),
+                   _span("Rendezvous", base + 52, 30, tid=10), _span("InvokeRendezvous", base + 53, 2, tid=10),
+                   _span("Wait for rendezvous callback", base + 55, 5, tid=10)]
     events.append(_host_op("other", 0, 5000, 10, 99, 10) | {"args": {"device_ordinal": "0", "hlo_module": "jit_g",
                                                                      "hlo_op": "other", "run_id": "99"}})
     return {"traceEvents": events}
 
 
 def device_trace():
-    """Two TPU devices as processes of their own, each with an XLA Ops and an XLA Modules line."""
+    """Two TPU devices as processes of their own, each with an XLA Ops and an XLA Modules line: the layout
+    XProf documents for TPUs (github.com/openxla/xprof, docs/trace_viewer.md), not one recorded here."""
     events = []
     for pid, device in ((5, 0), (6, 1)):
         events += [_meta(pid, f"/device:TPU:{device}"), _meta(pid, "XLA Modules", 1), _meta(pid, "XLA Ops", 2),
@@ -68,11 +73,52 @@ def device_trace():
     return {"traceEvents": events}
 
 
+def gpu_trace():
+    """Two GPUs as processes of their own, one thread per stream, kernel events naming their HLO op and
+    module in args: the raw layout XProf documents for GPUs (docs/trace_viewer.md: "one track per stream";
+    the hlo_op/hlo_module stats of xprof/utils/gpu_event_stats.cc), not one recorded here. Device 0's
+    fusion.2 launches two kernels; a memcpy carries no hlo_op; an eager op belongs to another module."""
+    events = []
+    for pid, device in ((3, 0), (4, 1)):
+        events += [_meta(pid, f"/device:GPU:{device}"), _meta(pid, "Stream #13(Compute)", 13),
+                   _meta(pid, "Stream #20(MemcpyH2D)", 20), _meta(pid, "Stream #25(Compute,Nccl)", 25),
+                   _meta(pid, "Launch Stats", 1)]
+        for base in (0.0, 500.0):
+            kernels = [("loop_fusion", "fusion.2", base + 10, 20)]
+            if device == 0:
+                kernels.append(("loop_fusion_1", "fusion.2", base + 30, 10))
+            events += [_span(k, ts, dur, pid=pid, tid=13, hlo_op=op, hlo_module="jit_f", correlation_id=7)
+                       for k, op, ts, dur in kernels]
+            events.append(_span("ncclDevKernel_AllGather_RING_LL", base + 40, 40 + 10 * device, pid=pid, tid=25,
+                                hlo_op="all-gather-start.1", hlo_module="jit_f"))
+            events.append(_span("MemcpyH2D", base, 5, pid=pid, tid=20))
+        events.append(_span("kernel", 900, 5, pid=pid, tid=13, hlo_op="add", hlo_module="jit_add"))
+        events.append(_span("Launch", 5, 5, pid=pid, tid=1, hlo_op="fusion.2", hlo_module="jit_f"))
+    events.append(_meta(9, "/host:CPU"))
+    return {"traceEvents": events}
+
+
+def test_gpu_layout_from_stream_lines():
+    t = read_trace(gpu_trace(), module="jit_f")
+    assert (t.platform, t.devices, t.steps, t.waits, t.modules) == ("GPU", (0, 1), 2, (), ("jit_f",))
+    assert [(op.name, op.kind) for op in t.ops_in(1, 0)] == [
+        ("fusion.2", "compute"), ("fusion.2", "compute"), ("all-gather-start.1", "collective")]
+    assert [op.start for op in t.ops_in(1, 1)] == [510, 540]
+    parts = time_breakdown(t, 1)
+    # window: first op at 510, last end at 500 + 40 + 50 = 590 (device 1)
+    assert parts[0] == pytest.approx({"compute": 30, "collective": 40, "wait": 0, "idle": 10, "window": 80})
+    assert parts[1] == pytest.approx({"compute": 20, "collective": 50, "wait": 0, "idle": 10, "window": 80})
+    assert read_trace(gpu_trace()).modules == ("jit_add", "jit_f")
+    with pytest.raises(ValueError, match="no XLA ops of module 'jit_other'"):
+        read_trace(gpu_trace(), module="jit_other")
+
+
 def test_host_layout_devices_steps_and_waits():
     t = read_trace(host_trace(), module="jit_f")
     assert (t.platform, t.devices, t.steps, t.modules) == ("CPU", (0, 1), 2, ("jit_f",))
     assert [(op.name, op.kind) for op in t.ops_in(0, 1)] == [("fusion.1", "compute"), ("all-reduce.3", "collective")]
-    assert [(w.device, w.op, w.duration) for w in t.waits_in(1)] == [(0, "all-reduce.3", 5), (1, "all-reduce.3", 30)]
+    assert [(w.device, w.op, w.duration, w.reason) for w in t.waits_in(1)] == [
+        (0, "all-reduce.3", 5, "completion"), (1, "all-reduce.3", 30, "arrival")]
     assert read_trace(host_trace()).modules == ("jit_f", "jit_g")
 
 
@@ -156,6 +202,11 @@ def test_bad_inputs_name_the_argument(tmp_path):
     ("p['w1']", None),
     ("jit(step)/layer10/add", None),
     ("jit(step)/update/transpose(jvp())/dot_general", "update (backward)"),
+    # one all-reduce XLA combined from both layers' weight gradients
+    ("jit(step)/(transpose(jvp(layer1))/dot_general:transpose(jvp(layer2))/dot_general)", "layer1+layer2 (backward)"),
+    ("jit(step)/(transpose(jvp(layer2))/dot_general:transpose(jvp(layer1))/dot_general)", "layer1+layer2 (backward)"),
+    ("jit(step)/(update/sub:update/mul)", "update"),
+    ("jit(step)/(a/b:c)", None),
 ])
 def test_scope_of(op_name, found):
     assert scope_of(op_name, ("layer1", "layer2", "update")) == found
@@ -208,6 +259,8 @@ def test_real_trace_has_every_collective_once_per_step_and_device(traced):
     assert isinstance(t, Trace) and t.steps == 2 and t.devices == tuple(d.id for d in DEVICES)
     names = [c.name for c in shardlab.collectives_in_compiled(compiled)]
     assert names
+    # the first of eight threads to reach a collective waits for the others: XLA:CPU records it
+    assert any(w.reason == "arrival" for w in t.waits) and all(w.op in names for w in t.waits)
     for s in range(t.steps):
         for d in t.devices:
             ran = [op.name for op in t.ops_in(s, d) if op.kind == "collective"]
