@@ -17,7 +17,9 @@ and ``(n-1)/2`` times it on a one-way ring (half of that all-gather).
 
 Bytes are not time. ``CHIPS`` holds published figures of TPU chips (bfloat16
 peak, HBM, ICI bandwidth per link) and ``step_time`` turns a step's flops and
-modelled bytes into modelled compute and communication times on one of them.
+modelled bytes into modelled compute and communication times on one of them;
+``GPU_CHIPS`` holds the same for NVIDIA GPUs (NVLink within a node, a network
+between nodes).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ __all__ = [
     "Chip",
     "CHIPS",
     "CHIP_SOURCE",
+    "GpuChip",
+    "GPU_CHIPS",
+    "GPU_CHIP_SOURCE",
     "step_time",
 ]
 
@@ -165,8 +170,8 @@ class Chip:
 
     @property
     def links(self) -> int:
-        """Links from one chip to its neighbours (two per torus dimension)."""
-        return 2 * self.torus_dims
+        """Links from one chip to its neighbours (two per torus dimension; one for a switched GPU)."""
+        return 2 * self.torus_dims if self.torus_dims else 1
 
     def critical_intensity(self, links: int = 1) -> float:
         """Flops per byte sent at which compute time equals communication time over ``links`` links."""
@@ -187,6 +192,38 @@ CHIPS = {
 }
 
 
+#: Where the GPU figures come from (the GPU chapter of the scaling book, its spec and networking tables).
+GPU_CHIP_SOURCE = ("How to Scale Your Model, 'How to Think About GPUs': https://jax-ml.github.io/scaling-book/gpus/ "
+                   "(bf16 peak, HBM, NVLink per GPU; 8 x 400 Gb/s InfiniBand per node)")
+
+
+@dataclass(frozen=True)
+class GpuChip(Chip):
+    """A GPU's published figures: a :class:`Chip` whose links are switched, not a torus.
+
+    ``link_bandwidth``: bytes/s one GPU sends into its node's NVLink switches, one direction (all its
+    NVLink ports together: a GPU reaches every GPU of its node in one hop); ``network_bandwidth``:
+    bytes/s one GPU sends into the network between nodes, one direction (its own network card);
+    ``node_size``: GPUs per NVLink domain. ``torus_dims`` is 0 and ``links`` 1.
+    """
+
+    network_bandwidth: float = 0.0
+    node_size: int = 8
+
+
+#: Published figures per GPU (bf16 dense peak, HBM, NVLink and network one way per GPU), ``GPU_CHIP_SOURCE``.
+#: NVLink 4 (H100, H200): 18 links x 25 GB/s = 450 GB/s; NVLink 5 (B200): 900 GB/s; a node's
+#: 8 x 400 Gb/s InfiniBand cards give each GPU 50 GB/s.
+GPU_CHIPS = {
+    "H100": GpuChip("H100", peak_flops=9.9e14, hbm_bytes=80e9, hbm_bandwidth=3.35e12, link_bandwidth=4.5e11,
+                    torus_dims=0, network_bandwidth=5e10, node_size=8),
+    "H200": GpuChip("H200", peak_flops=9.9e14, hbm_bytes=141e9, hbm_bandwidth=4.8e12, link_bandwidth=4.5e11,
+                    torus_dims=0, network_bandwidth=5e10, node_size=8),
+    "B200": GpuChip("B200", peak_flops=2.25e15, hbm_bytes=192e9, hbm_bandwidth=8e12, link_bandwidth=9e11,
+                    torus_dims=0, network_bandwidth=5e10, node_size=8),
+}
+
+
 def _check_links(links, chip: Chip) -> None:
     if isinstance(links, bool) or not isinstance(links, (int, np.integer)) or not 1 <= links <= chip.links:
         raise ValueError(f"links must be an integer from 1 to {chip.links} (the links of a {chip.name} chip), "
@@ -198,7 +235,9 @@ def _chip(chip) -> Chip:
         return chip
     if chip in CHIPS:
         return CHIPS[chip]
-    raise ValueError(f"chip must be a Chip or one of {sorted(CHIPS)}, got {chip!r}")
+    if chip in GPU_CHIPS:
+        return GPU_CHIPS[chip]
+    raise ValueError(f"chip must be a Chip or one of {sorted(CHIPS) + sorted(GPU_CHIPS)}, got {chip!r}")
 
 
 def step_time(flops, nbytes, chip, *, links: int = 1, collectives: int = 0, hops: int = 0) -> dict:

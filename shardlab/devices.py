@@ -6,10 +6,12 @@ simulated CPU devices, which JAX can only create before its backends start.
 
 from __future__ import annotations
 
-import jax
+from shardlab.targets import quiet_libtpu, share_libtpu
+
+with quiet_libtpu():    # some jaxlibs with the CUDA plugin log "no CUDA driver" as they load
+    import jax
 
 from shardlab.display import set_figure_defaults
-from shardlab.targets import quiet_libtpu, share_libtpu
 
 DEFAULT_DEVICE_COUNT = 8
 
@@ -30,6 +32,53 @@ def _restart_kernel_error(found: list) -> RuntimeError:
         "chapter, and the number of simulated CPU devices can only be set before JAX starts. "
         "Restart the kernel and run the set-up cell first, before any other JAX code."
     )
+
+
+def _cuda_driver_present() -> bool:
+    # The NVIDIA driver's library is on every machine with an NVIDIA GPU that can run CUDA.
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def cuda_plugin_installed() -> bool:
+    """Whether JAX's CUDA plugin (``jax-cuda12-plugin``) can be imported here."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+    except ModuleNotFoundError:     # no jax_plugins package at all
+        return False
+
+
+def skip_cuda_without_driver() -> str | None:
+    """Keep JAX's CUDA plugin from starting where no NVIDIA driver is installed; return what was chosen.
+
+    With ``jax-cuda12-plugin`` installed (the book compiles for GPUs with it) and no driver, starting
+    JAX's backends would print the plugin's failed version check (a traceback about cuDNN or CUDA)
+    before falling back to the CPU. Where the plugin is installed, no driver is found and neither
+    ``JAX_PLATFORMS`` nor ``jax_platforms`` says which platforms to start, this names them: the TPU
+    and the CPU on a TPU host, else the CPU. The plugin still loads, so GPU programs still compile
+    (``shardlab.gpu_targets``). Returns the platforms it set, or ``None`` where it changed nothing.
+    Must run before JAX's backends start (``setup_devices`` calls it).
+    """
+    if jax.config.jax_platforms or _backends_started():
+        return None
+    if not cuda_plugin_installed() or _cuda_driver_present():
+        return None
+    try:
+        from jax._src import hardware_utils   # private, in every JAX the book admits
+
+        tpu_chips = hardware_utils.num_available_tpu_chips_and_device_id()[0]
+    except Exception:  # noqa: BLE001 - if JAX cannot tell, assume no TPU
+        tpu_chips = 0
+    platforms = "tpu,cpu" if tpu_chips else "cpu"
+    jax.config.update("jax_platforms", platforms)
+    return platforms
 
 
 def _brief_errors() -> None:
@@ -71,6 +120,7 @@ def setup_devices(n: int = DEFAULT_DEVICE_COUNT) -> list:
 
     # Harmless when an accelerator is present: it only sizes the CPU backend.
     jax.config.update("jax_num_cpu_devices", n)
+    skip_cuda_without_driver()          # the CUDA plugin's failed checks where there is no GPU
     share_libtpu()                      # several notebooks may compile for a TPU at once
     with quiet_libtpu():                # libtpu's start-up warnings where there is no TPU
         found = jax.devices()

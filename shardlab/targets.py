@@ -68,7 +68,10 @@ class TPUCompilerUnavailable(RuntimeError):
 # to the process's stderr (file descriptor 2), which a notebook shows. They say nothing about compiling.
 
 _LIBTPU_NOISE = re.compile(r"could not determine TPU|Logging before InitGoogle|Source Location Trace"
-                           r"|^learning/|libtpu_init_utils|ALLOW_MULTIPLE_LIBTPU_LOAD is set|^\s*$")
+                           r"|^learning/|libtpu_init_utils|ALLOW_MULTIPLE_LIBTPU_LOAD is set|^\s*$"
+                           # JAX's CUDA plugin, loaded where there is no GPU (shardlab.gpu_targets)
+                           r"|cudart_stub\.cc.*Could not find cuda drivers"
+                           r"|All log messages before absl::InitializeLog\(\) is called")
 
 
 def share_libtpu() -> None:
@@ -91,7 +94,10 @@ def share_libtpu() -> None:
 
 @contextmanager
 def quiet_libtpu():
-    """Run the block with file descriptor 2 captured; pass on every line but libtpu's start-up warnings."""
+    """Run the block with file descriptor 2 captured; pass on every line but libtpu's start-up warnings.
+
+    Also dropped: the CUDA plugin's note that this machine has no CUDA driver (it compiles anyway).
+    """
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -148,26 +154,37 @@ def compiling_for_tpu():
         print(e)
 
 
-def _target(target) -> Target | str:
-    if isinstance(target, Target) or target == HERE:
+def _target(target):
+    from shardlab.gpu_targets import GPU_TARGETS, GpuTarget
+
+    if isinstance(target, (Target, GpuTarget)) or target == HERE:
         return target
     if isinstance(target, str) and target in TARGETS:
         return TARGETS[target]
-    raise ValueError(f"target must be {HERE!r}, a Target, or one of {list(TARGETS)}, got {target!r}")
+    if isinstance(target, str) and target in GPU_TARGETS:
+        return GPU_TARGETS[target]
+    raise ValueError(f"target must be {HERE!r}, a Target, a GpuTarget, or one of {list(TARGETS)} (TPU) or "
+                     f"{list(GPU_TARGETS)} (GPU), got {target!r}")
 
 
 def target_devices(target) -> list:
-    """The devices of ``target``: ``"here"`` (the chapter's devices) or a TPU slice named in ``TARGETS``.
+    """The devices of ``target``: ``"here"`` (the chapter's devices), a TPU slice named in ``TARGETS``, or a
+    GPU cluster named in ``shardlab.GPU_TARGETS`` (:func:`shardlab.gpu_targets.gpu_devices`; raises
+    :class:`~shardlab.GPUCompilerUnavailable` where JAX's CUDA plugin is missing).
 
     A TPU slice's devices are compile-only descriptions from libtpu: they carry ``id``, ``coords``,
     ``core_on_chip`` and ``device_kind`` like real TPU devices, but hold no memory. Raises
     :class:`TPUCompilerUnavailable` with a one-line reason where libtpu cannot be loaded.
     """
+    from shardlab.gpu_targets import GpuTarget, gpu_devices
+
     t = _target(target)
     if t == HERE:
         import jax
 
         return list(jax.devices())
+    if isinstance(t, GpuTarget):
+        return gpu_devices(t)
     missing = tpu_compiler_missing()
     if missing:
         raise TPUCompilerUnavailable(missing)
@@ -239,6 +256,12 @@ class CompiledProgram:
     memory: ProgramMemory
     flops: float
     bytes_accessed: float
+    #: Where ``flops`` comes from: XLA's ``cost_analysis()`` of this program, or, where it reports none
+    #: (XLA:GPU compiling with no GPU), the unsharded function's count divided evenly among the devices.
+    flops_source: str = "cost_analysis"
+    #: What the compiler logged while compiling (XLA's warnings and errors, e.g. XLA:GPU's note that it
+    #: cannot bring the program under the GPU's memory), captured instead of printed.
+    log: tuple = ()
 
     @property
     def text(self) -> str:
@@ -257,6 +280,7 @@ class CompiledProgram:
                 f"memory per device {self.memory.peak / mib:,.2f} MiB "
                 f"(arguments {self.memory.arguments / mib:,.2f}, outputs {self.memory.outputs / mib:,.2f}, "
                 f"temporaries {self.memory.temporaries / mib:,.2f}); {self.flops:,.0f} flops per device"
+                + ("" if self.flops_source == "cost_analysis" else f" ({self.flops_source})")
                 + (f" ({self.while_loops} loop(s): bodies counted once)" if self.while_loops else ""))
 
     def __str__(self) -> str:
@@ -287,7 +311,8 @@ def compile_for(f, *args, **kwargs) -> CompiledProgram:
         raise ValueError(f"compile_for: f must be a function (or a jitted one), got {type(f).__name__}")
     jitted = f if hasattr(f, "lower") else jax.jit(f)
     start = time.perf_counter()
-    compiled = jitted.lower(*args, **kwargs).compile()
+    with _compiler_log() as log:
+        compiled = jitted.lower(*args, **kwargs).compile()
     seconds = time.perf_counter() - start
     devices = _device_assignment(compiled) or []
     stats = compiled.memory_analysis()
@@ -295,6 +320,61 @@ def compile_for(f, *args, **kwargs) -> CompiledProgram:
                            stats.alias_size_in_bytes, stats.generated_code_size_in_bytes,
                            getattr(stats, "peak_memory_in_bytes", None))
     cost = _cost(compiled)
+    flops, source = float(cost.get("flops", 0.0)), "cost_analysis"
+    if not cost and devices:
+        flops, source = _even_share_of_flops(jitted, args, kwargs, len(devices))
     return CompiledProgram(target=_describe(devices) if devices else "?", compiled=compiled,
                            compile_seconds=seconds, collectives=collectives_in_compiled(compiled), memory=memory,
-                           flops=float(cost.get("flops", 0.0)), bytes_accessed=float(cost.get("bytes accessed", 0.0)))
+                           flops=flops, bytes_accessed=float(cost.get("bytes accessed", 0.0)), flops_source=source,
+                           log=tuple(log))
+
+
+#: A line of XLA's own log (absl format: severity, date, time, thread, file:line]).
+_XLA_LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./-]+:\d+\] ")
+
+
+@contextmanager
+def _compiler_log():
+    """Capture file descriptor 2 while compiling: XLA's log lines go into the yielded list (the program
+    keeps them), libtpu's start-up noise is dropped, and any other line is passed on."""
+    lines: list[str] = []
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield lines
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            other = []
+            for line in captured.read().decode(errors="replace").splitlines():
+                if _XLA_LOG_LINE.search(line):
+                    lines.append(line)
+                elif not _LIBTPU_NOISE.search(line):
+                    other.append(line)
+            if other:
+                print("\n".join(other), file=sys.stderr)
+
+
+def _even_share_of_flops(jitted, args, kwargs, n: int) -> tuple[float, str]:
+    """XLA:GPU compiled with no GPU reports no costs: count the unsharded function's flops, on this
+    machine's default backend, and give each device ``1/n`` of them (a model: it ignores work that
+    sharding repeats or adds)."""
+    import jax
+
+    def unsharded(x):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, "shape") and hasattr(x, "dtype") else x
+
+    fn = getattr(jitted, "__wrapped__", None)
+    try:
+        lowered = jax.jit(fn).lower(*jax.tree.map(unsharded, args), **jax.tree.map(unsharded, kwargs))
+        total = float((lowered.cost_analysis() or {}).get("flops", 0.0))
+    except Exception:  # noqa: BLE001 - a function tied to its mesh cannot be lowered unsharded
+        return 0.0, "no flops: XLA reports no cost analysis for this program"
+    return total / n, "the unsharded function's flops / devices, modelled: XLA reports none here"

@@ -44,6 +44,24 @@ these bytes across the cut, so the cap can only be optimistic. (A collective-per
   axes spanned), once for an all-gather or a reduce-scatter and twice for an all-reduce (a
   reduce-scatter, then an all-gather).
 
+* **GPU clusters: two levels, not a torus.** GPUs are switched: the GPUs of a node reach each other in
+  one hop through NVSwitches, each sending ``link_bandwidth`` one way (450 GB/s for an H100, 900 GB/s for
+  a B200: all its NVLink ports), and nodes talk over a network of switches (a fat tree with full
+  bisection bandwidth) through one 400 Gb/s card per GPU: 50 GB/s one way, 400 GB/s per node of 8
+  (the scaling book's GPU chapter, "Networking", https://jax-ml.github.io/scaling-book/gpus/).
+  :func:`gpu_group_network` gives a group within one node NVLink's bandwidth; a group spanning ``M``
+  nodes is reduced hierarchically, as NCCL does: each node must receive ``(M-1)/M`` of the result over
+  its share of the node's cards (the node's 400 GB/s divided among the groups of the axis that use
+  it), and its own GPUs exchange the rest over NVLink; the slower of the two sets the time. Expressed
+  per byte of the ring model's count (``(n-1)/n`` of the result), the group's bandwidth is
+  ``min(NVLink, share * (n-1)/n * M/(M-1))``: 50 GB/s for a group of one GPU per node, about 400 GB/s
+  for a group of whole nodes (the scaling book's ``bytes / W_node egress``). Latency: a ring's steps,
+  ``n - 1`` within a node at :data:`NVLINK_STEP_LATENCY`, ``M - 1`` between nodes at
+  :data:`NETWORK_STEP_LATENCY`; both are this model's assumptions (orders of magnitude, not measured;
+  the bandwidth terms dominate the steps the book models). :func:`axis_network`, :func:`mesh_network`
+  and :func:`compiled_traffic` take a GPU mesh (of ``shardlab.target_mesh`` on a GPU target), reading
+  each device's node from its ``process_index``.
+
 * **Time.** :func:`modelled_time` turns a step's flops and its collectives (:class:`Traffic`: bytes one
   device sends by the ring model, mesh axis, how many collectives) into ``compute = flops / peak``,
   per axis ``bytes / (links * link_bandwidth) + collectives * passes * hops * ICI_HOP_LATENCY``, and
@@ -68,7 +86,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from shardlab.cost_model import CHIPS, Chip, _chip
+from collections import Counter
+
+from shardlab.cost_model import CHIPS, GPU_CHIPS, Chip, GpuChip, _chip
 
 __all__ = [
     "ICI_HOP_LATENCY",
@@ -82,8 +102,12 @@ __all__ = [
     "axis_links",
     "mesh_network",
     "compiled_traffic",
+    "step_traffic",
     "modelled_time",
     "modelled_passes",
+    "NVLINK_STEP_LATENCY",
+    "NETWORK_STEP_LATENCY",
+    "gpu_group_network",
 ]
 
 #: Seconds one hop over an ICI link costs whatever the bytes, "typically around 1us" (``LATENCY_SOURCE``).
@@ -100,6 +124,14 @@ CUBE_EDGE = 4
 
 #: Passes over the ring each collective kind makes (for the latency term).
 PASSES = {"all-reduce": 2, "all-gather": 1, "reduce-scatter": 1, "all-to-all": 1, "collective-permute": 1}
+
+#: Seconds per ring step of a collective over NVLink, within a node (an assumption of this model).
+NVLINK_STEP_LATENCY = 1e-6
+#: Seconds per ring step between nodes, over InfiniBand (an assumption of this model).
+NETWORK_STEP_LATENCY = 5e-6
+
+#: ``device_kind`` strings of GPU devices and the chip of :data:`shardlab.cost_model.GPU_CHIPS` they are.
+GPU_DEVICE_KINDS = {"NVIDIA H100 80GB HBM3": "H100", "NVIDIA H200 141GB HBM3e": "H200", "NVIDIA B200": "B200"}
 
 #: ``device_kind`` strings of TPU devices and the chip of :data:`shardlab.cost_model.CHIPS` they are.
 DEVICE_KINDS = {"TPU v5 lite": "TPU v5e", "TPU v5e": "TPU v5e", "TPU v6 lite": "TPU v6e", "TPU v6e": "TPU v6e",
@@ -119,8 +151,23 @@ class AxisNetwork:
 
     links: int | Fraction
     hops: int
+    #: Bytes/s one link carries one way; ``None``: the chip's ICI ``link_bandwidth`` (GPU networks set it).
+    bandwidth: float | None = None
+    #: Seconds per hop; ``None``: the ``hop_latency`` given to :func:`modelled_time` (GPU networks set it).
+    hop_latency: float | None = None
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {f}={getattr(self, f)!r}" for f in ("bandwidth", "hop_latency")
+                        if getattr(self, f) is not None)
+        return f"AxisNetwork(links={self.links!r}, hops={self.hops!r}{extra})"
 
     def __post_init__(self):
+        for field in ("bandwidth", "hop_latency"):
+            value = getattr(self, field)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not value >= 0 or (field == "bandwidth" and value == 0)):
+                raise ValueError(f"AxisNetwork: {field} must be None or a {'positive' if field == 'bandwidth' else 'non-negative'} "
+                                 f"number, got {value!r}")
         links = self.links
         if isinstance(links, bool) or not isinstance(links, (int, np.integer, Fraction)) or links < 0:
             raise ValueError(f"AxisNetwork: links must be a non-negative integer or Fraction (links per chip, "
@@ -280,6 +327,71 @@ def _links(value):
     return int(value) if isinstance(value, Fraction) and value.denominator == 1 else value
 
 
+def gpu_group_network(groups, chip) -> AxisNetwork:
+    """The network of GPU groups that run a collective at once: NVLink within a node, the network between.
+
+    ``groups``: one sequence per group, the node (host) of each of its devices, e.g. ``[[0, 0], [1, 1]]``
+    for two groups of two GPUs each within one node; ``chip``: a :class:`~shardlab.cost_model.GpuChip` or a
+    name of :data:`~shardlab.cost_model.GPU_CHIPS`. Returns the slowest group's ``AxisNetwork(1, hops,
+    bandwidth=..., hop_latency=...)`` (module docstring: the two-level model), or ``AxisNetwork(0, 0)``
+    when no group has two devices. Pure: no JAX needed.
+    """
+    chip = _chip(chip)
+    if not isinstance(chip, GpuChip):
+        raise ValueError(f"gpu_group_network: chip must be a GPU (a GpuChip or one of {sorted(GPU_CHIPS)}), "
+                         f"got {chip.name!r}")
+    try:
+        sets = [[int(h) for h in g] for g in groups]
+    except (TypeError, ValueError):
+        raise ValueError(f"gpu_group_network: groups must be a sequence of groups of host indices, got "
+                         f"{groups!r}") from None
+    if not sets or not all(sets) or any(h < 0 for g in sets for h in g) \
+            or any(isinstance(h, bool) for g in groups for h in g):
+        raise ValueError(f"gpu_group_network: groups must be a non-empty sequence of non-empty groups of "
+                         f"non-negative host indices, got {groups!r}")
+    sharing = Counter(h for g in sets for h in set(g))     # groups that use each node's network cards
+    worst = None
+    for g in sets:
+        n, per_host = len(g), Counter(g)
+        if n == 1:
+            continue
+        if len(per_host) == 1:
+            net = AxisNetwork(1, n - 1, bandwidth=float(chip.link_bandwidth), hop_latency=NVLINK_STEP_LATENCY)
+        else:
+            m = len(per_host)
+            share = chip.network_bandwidth * chip.node_size / max(sharing[h] for h in per_host)
+            across = share * (n - 1) / n * m / (m - 1)
+            inside = chip.link_bandwidth if max(per_host.values()) > 1 else math.inf
+            net = AxisNetwork(1, m - 1, bandwidth=float(min(across, inside)), hop_latency=NETWORK_STEP_LATENCY)
+        if worst is None or (net.bandwidth, -net.hops * net.hop_latency) < \
+                (worst.bandwidth, -worst.hops * worst.hop_latency):
+            worst = net
+    return worst if worst is not None else AxisNetwork(0, 0)
+
+
+def _gpu_chip(devices: np.ndarray):
+    kinds = {d.device_kind for d in devices.flat}
+    if len(kinds) != 1 or next(iter(kinds)) not in GPU_DEVICE_KINDS:
+        raise ValueError(f"mesh: its devices must be GPUs of one kind among {sorted(GPU_DEVICE_KINDS)}, "
+                         f"got {sorted(kinds)}")
+    return GPU_CHIPS[GPU_DEVICE_KINDS[next(iter(kinds))]]
+
+
+def _is_gpu_mesh(mesh) -> bool:
+    devices = getattr(mesh, "devices", None)
+    return isinstance(devices, np.ndarray) and devices.size > 0 and all(
+        getattr(d, "platform", None) in ("gpu", "cuda") for d in devices.flat)
+
+
+def _gpu_axis_network(mesh, axes) -> AxisNetwork:
+    devices = mesh.devices
+    chip = _gpu_chip(devices)
+    names = list(mesh.axis_names)
+    moved = np.moveaxis(devices, [names.index(a) for a in axes], range(-len(axes), 0))
+    groups = moved.reshape(-1, math.prod(moved.shape[-len(axes):]))
+    return gpu_group_network([[d.process_index for d in g] for g in groups], chip)
+
+
 def _mesh_devices(mesh) -> np.ndarray:
     devices = getattr(mesh, "devices", None)
     names = getattr(mesh, "axis_names", None)
@@ -322,6 +434,8 @@ def axis_network(mesh, axis, *, slice_shape=None) -> AxisNetwork:
     devices' coordinates (the whole slice, for a mesh of :func:`shardlab.target_mesh`); the
     wraparounds follow from it and the chip (:func:`torus_wraparound`).
     """
+    if _is_gpu_mesh(mesh):
+        return _gpu_axis_network(mesh, _axes(mesh, axis))
     devices = _mesh_devices(mesh)
     axes = _axes(mesh, axis)
     _, shape, wraps = _slice_and_chip(devices, slice_shape)
@@ -340,6 +454,11 @@ def _shared(groups, shape, wraps) -> AxisNetwork:
 
 def _worst(networks) -> AxisNetwork:
     networks = list(networks)
+    bandwidths = [n.bandwidth for n in networks if n.bandwidth is not None]
+    if bandwidths:      # GPU networks: the slowest bandwidth, the longest latency
+        return AxisNetwork(min(n.links for n in networks if n.bandwidth is not None),
+                           max(n.hops for n in networks), bandwidth=min(bandwidths),
+                           hop_latency=max(n.hop_latency or 0.0 for n in networks))
     return AxisNetwork(min(n.links for n in networks), max(n.hops for n in networks))
 
 
@@ -352,8 +471,9 @@ def axis_links(mesh, axis, *, slice_shape=None):
 
 
 def mesh_network(mesh, *, slice_shape=None) -> dict:
-    """``{axis: AxisNetwork}`` for every axis of a TPU mesh (:func:`axis_network`)."""
-    _mesh_devices(mesh)
+    """``{axis: AxisNetwork}`` for every axis of a TPU or GPU mesh (:func:`axis_network`)."""
+    if not _is_gpu_mesh(mesh):
+        _mesh_devices(mesh)
     return {a: axis_network(mesh, a, slice_shape=slice_shape) for a in mesh.axis_names}
 
 
@@ -369,8 +489,12 @@ def compiled_traffic(report, mesh, *, slice_shape=None) -> tuple[list, dict]:
     """
     from itertools import combinations
 
-    devices = _mesh_devices(mesh)
-    _, shape, wraps = _slice_and_chip(devices, slice_shape)
+    gpu = _is_gpu_mesh(mesh)
+    devices = mesh.devices if gpu else _mesh_devices(mesh)
+    if gpu:
+        chip = _gpu_chip(devices)
+    else:
+        _, shape, wraps = _slice_and_chip(devices, slice_shape)
     if not hasattr(report, "device_groups"):
         raise ValueError(f"report must be a CollectiveReport, got {type(report).__name__}")
     by_id = {d.id: d for d in devices.flat}
@@ -389,7 +513,11 @@ def compiled_traffic(report, mesh, *, slice_shape=None) -> tuple[list, dict]:
         moving = [g for g in groups if len(set(g)) > 1]
         key = frozenset(frozenset(g) for g in groups)
         label = partitions.get(key) if c.kind != "collective-permute" else None
-        if label is None:
+        if label is None and gpu:
+            label = c.kind
+            net = gpu_group_network([[by_id[i].process_index for i in g] for g in moving], chip) if moving \
+                else AxisNetwork(0, 0)
+        elif label is None:
             label = c.kind
             coords = [[tuple(by_id[i].coords) for i in g] for g in moving]
             if not moving:
@@ -399,12 +527,39 @@ def compiled_traffic(report, mesh, *, slice_shape=None) -> tuple[list, dict]:
             else:
                 net = _shared(coords, shape, wraps)
         else:
-            net = axis_network(mesh, label, slice_shape=shape)
+            net = axis_network(mesh, label, slice_shape=None if gpu else shape)
         if label in network and network[label] != net:
             net = _worst([network[label], net])
         network[label] = net
         traffic.append(Traffic(c.bytes_per_device, label, 1, c.kind))
     return traffic, network
+
+
+def step_traffic(program, mesh, *, slice_shape=None) -> tuple[list, dict]:
+    """:func:`compiled_traffic` of a whole call: each collective counted once per trip of its loops.
+
+    ``program``: a :class:`~shardlab.CompiledProgram` (or a compiled program) over ``mesh``. A collective
+    in a ``lax.scan``'s body runs once per block; its :class:`Traffic` here carries ``trips`` times the
+    bytes and ``trips`` collectives (``shardlab.collectives_per_step`` reads the trips). Raises
+    ``ValueError`` where a loop's trip count cannot be read.
+    """
+    from shardlab.backward import collectives_per_step
+
+    looped = collectives_per_step(program)
+    report = getattr(program, "collectives", None)
+    if report is None:
+        from shardlab.compiled import collectives_in_compiled
+
+        report = collectives_in_compiled(program)
+    traffic, network = compiled_traffic(report, mesh, slice_shape=slice_shape)
+    if len(looped) != len(traffic):
+        raise ValueError("step_traffic: the program's collectives could not be matched to their loops")
+    out = []
+    for t, c in zip(traffic, looped):
+        if c.trips is None:
+            raise ValueError(f"step_traffic: a {c.collective.kind} sits in a loop of unknown trip count")
+        out.append(Traffic(t.nbytes * c.trips, t.axis, t.count * c.trips, t.kind))
+    return out, network
 
 
 def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP_LATENCY) -> dict:
@@ -448,8 +603,10 @@ def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP
         if net.links == 0:
             raise ValueError(f"modelled_time: traffic sends {t.nbytes} bytes over axis {t.axis!r}, whose "
                              f"network has no links (one chip)")
-        bandwidth[t.axis] = bandwidth.get(t.axis, 0.0) + float(t.nbytes) / (net.links * chip.link_bandwidth)
-        latency[t.axis] = latency.get(t.axis, 0.0) + t.count * PASSES[t.kind] * net.hops * hop_latency
+        link = chip.link_bandwidth if net.bandwidth is None else net.bandwidth
+        per_hop = hop_latency if net.hop_latency is None else net.hop_latency
+        bandwidth[t.axis] = bandwidth.get(t.axis, 0.0) + float(t.nbytes) / (net.links * link)
+        latency[t.axis] = latency.get(t.axis, 0.0) + t.count * PASSES[t.kind] * net.hops * per_hop
     by_axis = {a: bandwidth[a] + latency[a] for a in bandwidth}
     slowest = max(by_axis, key=by_axis.get) if by_axis else None
     compute = float(flops) / chip.peak_flops

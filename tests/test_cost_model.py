@@ -160,3 +160,44 @@ def test_tensor_parallelism_is_never_compute_bound_when_its_shard_is_too_narrow(
     v6e = CHIPS["TPU v6e"]   # h / 8 = 4,096 is below its 5,111 flops per byte
     assert compute_bound_from("tp", DEEP, v6e, model=8) == math.inf
     assert compute_bound_from("dp+tp", DEEP, v6e, data=N // 8, model=8) == math.inf
+
+
+# GPUs: the scaling book's GPU tables (bf16 dense peak, HBM, HBM bandwidth; NVLink per GPU one way;
+# 400 GB/s per node of 8 between nodes), typed from https://jax-ml.github.io/scaling-book/gpus/.
+SCALING_BOOK_GPUS = {"H100": (9.9e14, 80e9, 3.4e12, 450e9, 400e9), "H200": (9.9e14, 141e9, 4.8e12, 450e9, 400e9),
+                     "B200": (2.3e15, 192e9, 8.0e12, 900e9, 400e9)}
+
+
+def test_gpu_figures_are_the_published_ones():
+    from shardlab.cost_model import GPU_CHIPS
+
+    assert set(GPU_CHIPS) == set(SCALING_BOOK_GPUS)
+    for name, (peak, hbm, hbm_bw, nvlink, node_egress) in SCALING_BOOK_GPUS.items():
+        chip = GPU_CHIPS[name]
+        assert chip.peak_flops == pytest.approx(peak, rel=0.03), name       # the table rounds to 2 digits
+        assert chip.hbm_bytes == hbm and chip.link_bandwidth == nvlink, name
+        assert chip.hbm_bandwidth == pytest.approx(hbm_bw, rel=0.02), name
+        assert chip.network_bandwidth * chip.node_size == node_egress, name
+        assert chip.links == 1 and chip.torus_dims == 0, name
+
+
+def test_gpu_figures_agree_with_xlas_target_configs():
+    from shardlab.cost_model import GPU_CHIPS
+    from shardlab.gpu_targets import GPU_TARGETS
+
+    for t in GPU_TARGETS.values():
+        # XLA lists memory in bytes as the driver reports it (nominal "GB" are GiB for some models, GB
+        # for others) and HBM bandwidth as measured or derated: within 8 % of the published figures.
+        assert t.spec.memory_bytes == pytest.approx(t.chip.hbm_bytes, rel=0.08), t.name
+        assert t.spec.memory_bandwidth == pytest.approx(t.chip.hbm_bandwidth, rel=0.05), t.name
+        assert t.chip is GPU_CHIPS[t.chip.name]
+
+
+def test_the_time_model_takes_a_gpu_by_name():
+    from shardlab.cost_model import GPU_CHIPS
+
+    assert step_time(9.9e14, 0, "H100")["compute"] == pytest.approx(1.0)
+    assert step_time(0, 450e9, "H100")["comm"] == pytest.approx(1.0)   # NVLink, one second per 450 GB
+    assert GPU_CHIPS["H100"].critical_intensity(1) == pytest.approx(2200)   # the book's 990e12 / 450e9
+    with pytest.raises(ValueError, match="links must be an integer from 1 to 1"):
+        step_time(0, 1, "H100", links=2)

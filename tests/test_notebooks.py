@@ -18,6 +18,10 @@ def test_chapter_executes(md):
         skipped = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "code"
                    and any("No TPU compiler here" in o.get("text", "") for o in c.get("outputs", []))]
         assert skipped == [], f"TPU cells skipped although libtpu is installed: {skipped}"
+    if importlib.util.find_spec("jax_plugins") and importlib.util.find_spec("jax_plugins.xla_cuda12"):
+        skipped = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "code"
+                   and any("No GPU compiler here" in o.get("text", "") for o in c.get("outputs", []))]
+        assert skipped == [], f"GPU cells skipped although JAX's CUDA plugin is installed: {skipped}"
     # Every picture's text is at least 9 pt as the page displays it, and every picture records it.
     assert small_figure_text(nb) == [], f"{md.stem}: figure text too small or unrecorded"
     # The book build reuses this execution only if it hashes like the chapter it reads itself.

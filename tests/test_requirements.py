@@ -58,3 +58,25 @@ def test_libtpu_is_the_one_jax_pairs_with():
     if pins["jax"] == version("jax"):       # the book's build (the oldest run installs from ranges)
         assert "libtpu" in pins and wanted.specifier.contains(pins["libtpu"]), \
             f"requirements-lock.txt pins libtpu=={pins.get('libtpu')}, but jax {pins['jax']} pairs with {wanted}"
+
+
+def test_the_cuda_plugin_is_the_one_jax_pairs_with():
+    # jax[cuda12-local] names the plugin of jax's own version; the plugin names its PJRT library's.
+    import platform
+    import sys
+    from importlib.metadata import PackageNotFoundError, requires, version
+
+    if not (sys.platform == "linux" and platform.machine() == "x86_64"):
+        pytest.skip("requirements.txt installs the CUDA plugin on Linux x86-64 only: nothing here to pair")
+    (wanted,) = [Requirement(r.split(";")[0]) for r in requires("jax")
+                 if r.startswith("jax-cuda12-plugin") and "cuda12-local" in r]
+    try:
+        plugin, pjrt = version("jax-cuda12-plugin"), version("jax-cuda12-pjrt")
+    except PackageNotFoundError as e:
+        pytest.fail(f"requirements.txt installs jax[cuda12-local], but {e.name} is missing: pip install -r requirements.txt")
+    assert wanted.specifier.contains(plugin) and plugin == version("jax"), \
+        f"jax-cuda12-plugin {plugin} is installed, but jax {version('jax')} pairs with {wanted}"
+    assert pjrt == plugin, f"jax-cuda12-pjrt {pjrt} is installed beside jax-cuda12-plugin {plugin}"
+    pins = _pins("requirements-lock.txt")
+    assert pins.get("jax-cuda12-plugin") == pins["jax"] == pins.get("jax-cuda12-pjrt"), \
+        f"requirements-lock.txt must pin jax-cuda12-plugin and jax-cuda12-pjrt to jax's {pins['jax']}"

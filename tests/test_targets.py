@@ -188,3 +188,228 @@ def test_a_loop_in_the_program_is_reported():
     prog = shardlab.compile_for(step, sds(mesh, (64, 128), P("x")))
     assert prog.while_loops == 1 and "bodies counted once" in prog.summary()
     assert shardlab.compile_for(jnp.tanh, sds(mesh, (64, 128), P("x"))).while_loops == 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GPU targets: compiled with JAX's CUDA plugin and no GPU
+
+from shardlab import gpu_targets  # noqa: E402
+
+needs_cuda_plugin = pytest.mark.skipif(shardlab.gpu_compiler_missing() is not None,
+                                       reason="JAX's CUDA plugin is not installed here")
+
+# XLA's H100 SXM target config (xla/backends/gpu/target_config/specs/h100_sxm.txtpb), typed from the file.
+XLA_H100 = {"core_count": 132, "device_memory_size": 84942979072, "memory_bandwidth": 3352320000000,
+            "l2_cache_size": 52428800, "shared_memory_per_core": 233472, "threads_per_warp": 32}
+
+
+def test_the_target_config_carries_xlas_values_for_the_h100():
+    import re
+
+    text = gpu_targets.target_config("NVIDIA H100 80GB HBM3")
+    for field, value in XLA_H100.items():
+        (found,) = re.findall(rf"^\s*{field}: (\d+)$", text, re.M)
+        assert int(found) == value, field
+    assert re.search(r'^platform_name: "CUDA"$', text, re.M)
+    assert re.search(r"cuda_compute_capability \{\s*major: 9\s*minor: 0\s*\}", text)
+    assert 'device_description_str: "NVIDIA H100 80GB HBM3"' in text
+
+
+@needs_cuda_plugin
+def test_every_gpu_target_has_its_gpus_host_by_host():
+    for name, t in shardlab.GPU_TARGETS.items():
+        devs = shardlab.target_devices(name)
+        assert len(devs) == t.hosts * t.gpus_per_host, name
+        assert {d.platform for d in devs} == {"gpu"} and {d.device_kind for d in devs} == {t.spec.name}, name
+        # ids 0..n-1, host h holding ids h*g .. h*g+g-1 (counted here, not read from shardlab)
+        assert sorted(d.id for d in devs) == list(range(t.num_chips)), name
+        assert all(d.process_index == d.id // t.gpus_per_host for d in devs), name
+
+
+@needs_cuda_plugin
+def test_a_gpu_mesh_puts_a_node_on_the_inner_axis():
+    mesh = shardlab.target_mesh("h100-32", (4, 8), ("data", "model"))
+    hosts = np.vectorize(lambda d: d.process_index)(mesh.devices)
+    assert (hosts == np.arange(4)[:, None]).all()      # each row of the mesh is one node
+    direct = jax.make_mesh((4, 8), ("data", "model"), devices=shardlab.target_devices("h100-32"),
+                           axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    assert [d.id for d in mesh.devices.flat] == [d.id for d in direct.devices.flat]
+
+
+@needs_cuda_plugin
+def test_a_gpu_program_is_read_like_a_tpu_one():
+    mesh = shardlab.target_mesh("h100-32", (4, 8), ("data", "model"))
+
+    def loss(w, x):
+        return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+    d, b = 1024, 256
+    w, x = sds(mesh, (d, d), P(None, "model"), jnp.bfloat16), sds(mesh, (b, d), P("data", None), jnp.bfloat16)
+    prog = shardlab.compile_for(jax.grad(loss), w, x)
+    assert prog.target == "NVIDIA H100 80GB HBM3 x32"
+    kinds = prog.collectives.kinds()
+    assert kinds.get("all-reduce", 0) >= 1, kinds
+    # the weight gradient is summed over the data axis: groups of one GPU per node
+    groups = {tuple(sorted(g)) for c in prog.collectives for g in prog.collectives.device_groups(c)
+              if c.kind == "all-reduce"}
+    assert {tuple(range(k, 32, 8)) for k in range(8)} <= groups
+    # memory: arguments are the two shards, read from XLA (bf16: 2 bytes)
+    assert prog.memory.arguments == 2 * (d * d // 8 + b * d // 4)
+    # flops: XLA:GPU reports none here; the unsharded count shared out, against 2 matmuls of 2*b*d*d
+    assert prog.flops_source != "cost_analysis"
+    assert prog.flops == pytest.approx(2 * 2 * b * d * d / 32, rel=0.05)
+
+
+@needs_cuda_plugin
+def test_xla_gpu_compiles_a_program_larger_than_the_gpu():
+    mesh = shardlab.target_mesh("h100-8", (8,), ("data",))
+    big = sds(mesh, (8, 16 * 2 ** 30), P("data", None))     # 64 GiB of float32 per GPU
+    prog = shardlab.compile_for(lambda a: a * 2, big)
+    assert prog.memory.peak > shardlab.GPU_TARGETS["h100-8"].spec.memory_bytes
+
+
+def test_gpu_target_bad_input_is_named():
+    with pytest.raises(ValueError, match="target must be"):
+        shardlab.target_devices("h100-9")
+    with pytest.raises(ValueError, match="gpu must be"):
+        gpu_targets.target_config("A100")
+    with pytest.raises(ValueError, match="hosts must be a positive integer"):
+        shardlab.GpuTarget("x", gpu_targets.GPUS["NVIDIA B200"], shardlab.GPU_CHIPS["B200"], 0, 8, "nowhere")
+
+
+def test_compiling_for_gpu_turns_only_a_missing_compiler_into_one_line(capsys):
+    with shardlab.compiling_for_gpu():
+        raise shardlab.GPUCompilerUnavailable("No GPU compiler here: skipped.")
+    assert capsys.readouterr().out == "No GPU compiler here: skipped.\n"
+    with pytest.raises(ZeroDivisionError), shardlab.compiling_for_gpu():
+        1 / 0
+
+
+def test_without_the_plugin_a_gpu_cell_is_one_line(monkeypatch):
+    gpu_targets.gpu_compiler_missing.cache_clear()
+    real = __import__("importlib.util").util.find_spec
+
+    def no_plugins(name, *a):   # as where no JAX plugin at all is installed: no jax_plugins package
+        if name.startswith("jax_plugins"):
+            raise ModuleNotFoundError("No module named 'jax_plugins'")
+        return real(name, *a)
+    monkeypatch.setattr("importlib.util.find_spec", no_plugins)
+    try:
+        from shardlab.devices import cuda_plugin_installed, skip_cuda_without_driver
+
+        assert cuda_plugin_installed() is False
+        assert skip_cuda_without_driver() is None     # nothing to keep quiet
+        line = shardlab.gpu_compiler_missing()
+        assert line.startswith("No GPU compiler here") and "\n" not in line
+        with pytest.raises(shardlab.GPUCompilerUnavailable, match="No GPU compiler here"):
+            shardlab.target_devices("h100-8")
+    finally:
+        gpu_targets.gpu_compiler_missing.cache_clear()
+
+
+def test_the_cuda_plugins_note_of_no_driver_is_hidden_and_other_lines_kept(capfd):
+    with targets.quiet_libtpu():
+        os.write(2, b"I0000 00:00:1.2 123 cudart_stub.cc:31] Could not find cuda drivers on your machine, "
+                    b"GPU will not be used.\nsomething else\n")
+    err = capfd.readouterr().err
+    assert "cuda drivers" not in err and "something else" in err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The training step the compiling chapters use, the pictures of networks, the CUDA plugin kept quiet
+
+from shardlab import training_step  # noqa: E402
+
+
+def test_step_flops_count_what_xla_counts_on_one_device():
+    # One block (no loop to count once), one device: XLA:CPU's cost_analysis. With one block XLA keeps
+    # the forward pass's products for the backward pass instead of recomputing them: 12 r d h, the
+    # forward and backward products, which are 3/4 of step_flops's 16 r d h (the recompute included).
+    mesh = shardlab.target_mesh("here", (1, 1), ("data", "model"))
+    layers, d, rows = 1, 128, 256
+    prog = training_step.compile_step(mesh, "DP", layers=layers, d=d, rows=rows)
+    assert prog.flops_source == "cost_analysis"
+    assert prog.flops == pytest.approx(0.75 * training_step.step_flops(layers, d, rows), rel=0.03)
+    assert training_step.step_parameters(layers, d) == 2 * d * 4 * d
+
+
+def test_a_layout_uses_weights_without_the_batch_axes():
+    used = {name: (lay.used(lay.w1), lay.used(lay.w2)) for name, lay in training_step.STEP_LAYOUTS.items()}
+    assert used["DP"] == (P(), P())
+    assert used["FSDP"] == (P(None, None), P(None, None))        # gathered over every axis
+    assert used["TP"] == (P(None, "model"), P("model", None))    # Megatron's columns, then rows
+    assert used["2-D"] == (P(None, "model"), P("model", None))   # FSDP's "data" gathered
+
+
+def test_the_step_computes_what_one_device_computes():
+    import numpy as np_
+
+    mesh = shardlab.target_mesh("here", (2, 4), ("data", "model"))
+    one = shardlab.target_mesh("here", (1, 1), ("data", "model"))
+    layers, d, rows = 2, 16, 32
+    rng = np_.random.default_rng(0)
+    w = {"w1": rng.normal(size=(layers, d, 4 * d)).astype(np_.float32) * 0.1,
+         "w2": rng.normal(size=(layers, 4 * d, d)).astype(np_.float32) * 0.1}
+    x = rng.normal(size=(rows, d)).astype(jnp.bfloat16)
+    y = rng.normal(size=(rows, d)).astype(np_.float32)
+    results = {}
+    for name, m in (("2-D", mesh), ("DP", one)):
+        lay = training_step.STEP_LAYOUTS[name]
+        specs = training_step.step_inputs(m, lay, layers=layers, d=d, rows=rows)
+        put = lambda a, s: jax.device_put(a, s.sharding)  # noqa: E731
+        params = {k: put(v, specs[0][k]) for k, v in w.items()}
+        opt = {"m": {k: put(np_.zeros_like(v), specs[0][k]) for k, v in w.items()},
+               "v": {k: put(np_.zeros_like(v), specs[0][k]) for k, v in w.items()}}
+        _, new_opt, loss = training_step.train_step(m, lay)(params, opt, put(x, specs[2]), put(y, specs[3]))
+        results[name] = (np_.asarray(new_opt["m"]["w1"]), float(loss))   # (1 - b1) * gradient
+    # bfloat16 gradients (2**-8 relative) summed in another order: 5 % of the largest, per element
+    scale = np_.abs(results["DP"][0]).max()
+    np_.testing.assert_allclose(results["2-D"][0], results["DP"][0], atol=5e-2 * scale)
+    assert not np_.allclose(results["2-D"][0], 1.2 * results["DP"][0], atol=5e-2 * scale)  # it can fail
+    assert results["2-D"][1] == pytest.approx(results["DP"][1], rel=1e-2)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: training_step.compile_step(None, "ZeRO", layers=1, d=8, rows=8), "layout must be"),
+    (lambda: training_step.step_flops(0, 8, 8), "layers must be a positive integer"),
+    (lambda: training_step.train_step(None, "DP"), "layout must be a StepLayout"),
+])
+def test_training_step_bad_input_is_named(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_the_network_picture_has_readable_text_and_the_chips_figures():
+    from matplotlib.figure import Figure
+
+    from shardlab.display import smallest_text_pt
+    from shardlab.gpu_draw import draw_gpu_cluster, draw_two_networks
+
+    fig = draw_two_networks(Figure(figsize=(7, 3.2)))
+    assert smallest_text_pt(fig) >= 9
+    texts = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert "450 GB/s per GPU" in texts and "50 GB/s per GPU" in texts     # from GPU_CHIPS["H100"]
+    with pytest.raises(ValueError, match="nodes must be an integer"):
+        draw_gpu_cluster(Figure().add_subplot(), nodes=0)
+
+
+def _fresh(code, **env):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=120, env={"PATH": "/usr/bin:/bin", **env})
+
+
+@needs_cuda_plugin
+def test_with_the_plugin_and_no_driver_jax_starts_only_the_cpu_quietly():
+    r = _fresh("""
+        import shardlab, jax
+        shardlab.setup_devices(8)
+        print(jax.config.jax_platforms, len(shardlab.target_devices("h100-8")))
+    """, JAX_PLATFORMS="")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "cpu 8" and r.stderr == ""
+    r = _fresh("""
+        import jax
+        from shardlab.devices import skip_cuda_without_driver
+        print(skip_cuda_without_driver(), jax.config.jax_platforms)
+    """, JAX_PLATFORMS="cpu")                          # the reader's own choice is kept
+    assert r.returncode == 0 and r.stdout.split() == ["None", "cpu"], r.stderr

@@ -347,3 +347,104 @@ def test_modelled_passes_hides_each_pass_behind_its_own_arithmetic():
     assert t["comm"] == pytest.approx(whole["comm"], rel=1e-12) and t["bound"] == "communication"
     with pytest.raises(ValueError, match="passes"):
         modelled_passes({}, ROUND, net)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GPU clusters: NVLink within a node, the network between nodes
+
+from shardlab.cost_model import GPU_CHIPS, bytes_all_gather  # noqa: E402
+from shardlab.time_model import (NETWORK_STEP_LATENCY, NVLINK_STEP_LATENCY,  # noqa: E402
+                                 gpu_group_network, modelled_time)
+
+H100 = GPU_CHIPS["H100"]
+
+
+def _cluster_groups(nodes, axis):
+    """Groups of a (nodes, 8) mesh, host of each device: the 'node' axis or the 'gpu' axis."""
+    if axis == "gpu":
+        return [[n] * 8 for n in range(nodes)]
+    return [list(range(nodes)) for _ in range(8)]
+
+
+def test_a_group_within_a_node_sends_over_nvlink():
+    net = gpu_group_network(_cluster_groups(4, "gpu"), "H100")
+    assert net == AxisNetwork(1, 7, bandwidth=450e9, hop_latency=NVLINK_STEP_LATENCY)
+    assert gpu_group_network([[0, 0]], "B200").bandwidth == 900e9
+
+
+def test_one_gpu_per_node_gets_its_own_network_card():
+    # 8 groups on every node, each with one GPU there: one 400 Gb/s card each, 50 GB/s
+    for nodes in (2, 4, 32):
+        net = gpu_group_network(_cluster_groups(nodes, "node"), H100)
+        assert net.bandwidth == pytest.approx(400e9 / 8)     # the node's 8 cards, one per group
+        assert net.hops == nodes - 1 and net.hop_latency == NETWORK_STEP_LATENCY
+
+
+def test_whole_nodes_gather_at_the_node_egress_as_the_scaling_book_says():
+    # All 256 GPUs of 32 nodes in one group: an all-gather of B bytes takes B (M-1)/M / 400 GB/s, the
+    # scaling book's cross-node cost (bytes / W_node egress), not NVLink's B (n-1)/n / 450 GB/s.
+    hosts = [h for h in range(32) for _ in range(8)]
+    net = gpu_group_network([hosts], H100)
+    result = 2 ** 30
+    t = modelled_time(0, [Traffic(bytes_all_gather(result, 256), "x", 1, "all-gather")], H100, {"x": net},
+                      hop_latency=0)
+    bandwidth_part = t["comm"] - t["latency"]
+    assert bandwidth_part == pytest.approx(result * 31 / 32 / 400e9, rel=1e-9)
+    assert bandwidth_part > result * 255 / 256 / 450e9      # the network, not NVLink, bounds it
+
+
+def test_two_whole_nodes_are_bound_by_nvlink():
+    # The scaling book's 2-node all-gather: the node level (B 7/8 / 450 GB/s) is slower than the
+    # network's B (2-1)/2 / 400 GB/s, so NVLink sets the time.
+    net = gpu_group_network([[0] * 8 + [1] * 8], H100)
+    assert net.bandwidth == 450e9
+
+
+def test_groups_sharing_a_nodes_cards_share_their_bandwidth():
+    # (nodes=4, 2, 4) mesh, groups over nodes x the middle axis: 4 groups per node, 2 GPUs of each
+    groups = [[h for h in range(4) for _ in range(2)] for _ in range(4)]
+    net = gpu_group_network(groups, H100)
+    n, m = 8, 4
+    assert net.bandwidth == pytest.approx(400e9 / 4 * (n - 1) / n * m / (m - 1))
+
+
+def test_an_axis_of_one_gpu_sends_nothing():
+    assert gpu_group_network([[0], [1]], H100) == AxisNetwork(0, 0)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: gpu_group_network([[0, 1]], "TPU v5e"), "must be a GPU"),
+    (lambda: gpu_group_network([], H100), "non-empty"),
+    (lambda: gpu_group_network([[0, -1]], H100), "non-negative host"),
+    (lambda: gpu_group_network([["a"]], H100), "groups must be"),
+    (lambda: AxisNetwork(1, 1, bandwidth=0), "bandwidth must be"),
+    (lambda: AxisNetwork(1, 1, hop_latency=-1e-6), "hop_latency must be"),
+])
+def test_gpu_network_bad_input_is_named(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_a_tpu_network_prints_as_before():
+    assert repr(AxisNetwork(2, 4)) == "AxisNetwork(links=2, hops=4)"
+
+
+@pytest.mark.skipif(shardlab.gpu_compiler_missing() is not None, reason="JAX's CUDA plugin is not installed")
+def test_a_compiled_gpu_programs_collectives_get_their_level():
+    mesh = shardlab.target_mesh("h100-32", (4, 8), ("data", "model"))
+    net = shardlab.mesh_network(mesh)
+    assert net["model"].bandwidth == 450e9 and net["data"].bandwidth == 50e9
+
+    def loss(w, x):
+        return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+    w = jax.ShapeDtypeStruct((1024, 1024), jnp.float32, sharding=NamedSharding(mesh, P(None, "model")))
+    x = jax.ShapeDtypeStruct((256, 1024), jnp.float32, sharding=NamedSharding(mesh, P("data", None)))
+    prog = shardlab.compile_for(jax.grad(loss), w, x)
+    traffic, network = shardlab.compiled_traffic(prog.collectives, mesh)
+    assert ("data",) in network and network[("data",)] == net["data"]
+    sent = sum(t.nbytes for t in traffic if t.axis == ("data",))
+    t = modelled_time(0, traffic, "H100", network)
+    assert t["by_axis"][("data",)] == pytest.approx(
+        sent / 50e9 + sum(t.count * 2 if t.kind == "all-reduce" else t.count
+                          for t in traffic if t.axis == ("data",)) * 3 * NETWORK_STEP_LATENCY, rel=1e-9)
