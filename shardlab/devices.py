@@ -6,6 +6,8 @@ simulated CPU devices, which JAX can only create before its backends start.
 
 from __future__ import annotations
 
+import os
+
 from shardlab.targets import quiet_libtpu, share_libtpu
 
 with quiet_libtpu():    # some jaxlibs with the CUDA plugin log "no CUDA driver" as they load
@@ -35,9 +37,14 @@ def _restart_kernel_error(found: list) -> RuntimeError:
 
 
 def _cuda_driver_present() -> bool:
-    # The NVIDIA driver's library is on every machine with an NVIDIA GPU that can run CUDA.
+    # A usable NVIDIA GPU needs both the driver's library and a GPU device node (/dev/nvidia0, ...; WSL2
+    # exposes GPUs as /dev/dxg). A container with the library but no GPU counts as no driver: starting
+    # the CUDA plugin there would only print its failed initialisation.
     import ctypes
+    import glob
 
+    if not (glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/dxg")):
+        return False
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError:

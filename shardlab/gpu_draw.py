@@ -34,15 +34,15 @@ def draw_gpu_cluster(ax, nodes: int = 4, gpus_per_node: int = 8, chip="H100"):
         x0 = n * (node_w + gap)
         ax.add_patch(FancyBboxPatch((x0, 0), node_w, 1.1, boxstyle="round,pad=0.01,rounding_size=0.04",
                                     facecolor="#f4f4f4", edgecolor="#888", lw=0.8))
-        ax.add_patch(Rectangle((x0 + 0.06, 0.12), node_w - 0.12, 0.16, facecolor="#bbb", edgecolor="none"))
+        ax.add_patch(Rectangle((x0 + 0.06, 0.2), node_w - 0.12, 0.12, facecolor="#bbb", edgecolor="none"))
         step = (node_w - 0.12) / gpus_per_node
         for g in range(gpus_per_node):
             cx = x0 + 0.06 + step * (g + 0.5)
-            ax.plot([cx, cx], [0.28, 0.62], color=PALETTE[0], lw=1.2)           # NVLink to the switches
+            ax.plot([cx, cx], [0.32, 0.62], color=PALETTE[0], lw=1.2)           # NVLink to the switches
             ax.plot([cx, width / 2], [0.74, 1.72], color=PALETTE[1], lw=0.5, alpha=0.6)  # network card
             ax.add_patch(Rectangle((cx - step * 0.38, 0.62), step * 0.76, 0.12, facecolor=PALETTE[2],
                                    edgecolor="none"))
-        ax.text(x0 + node_w / 2, 0.02, f"node {n}", ha="center", va="bottom", fontsize=9)
+        ax.text(x0 + node_w / 2, 0.03, f"node {n}", ha="center", va="bottom", fontsize=9)   # below the bar
     ax.add_patch(Rectangle((width / 2 - 1.0, 1.72), 2.0, 0.2, facecolor=PALETTE[1], edgecolor="none"))
     ax.text(width / 2, 1.82, "network switches", ha="center", va="center", fontsize=9, color="white")
     ax.text(width / 2, 2.02, f"between nodes: {chip.network_bandwidth / 1e9:.0f} GB/s per GPU "

@@ -178,13 +178,21 @@ def gpu_compiler_missing() -> str | None:
 def compiling_for_gpu():
     """Wrap a cell that compiles for a GPU: where the CUDA plugin is missing, it prints one line and stops.
 
-    Only :class:`GPUCompilerUnavailable` (raised by :func:`gpu_devices`, and so by
-    ``shardlab.target_devices`` and ``shardlab.target_mesh`` on a GPU target) is caught.
+    :class:`GPUCompilerUnavailable` (raised by :func:`gpu_devices`, and so by ``shardlab.target_devices``
+    and ``shardlab.target_mesh`` on a GPU target) is caught. So is any other error, but only where the
+    GPU compiler is missing: a cell that reads the programs an earlier GPU cell would have compiled then
+    fails for that reason alone, and says so in the same line. Where the compiler is there, every other
+    error is raised as usual.
     """
     try:
         yield
     except GPUCompilerUnavailable as e:
         print(e)
+    except Exception:
+        missing = gpu_compiler_missing()
+        if missing is None:
+            raise
+        print(missing)
 
 
 def _gpu_target(target) -> GpuTarget:

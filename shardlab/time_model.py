@@ -50,17 +50,21 @@ these bytes across the cut, so the cap can only be optimistic. (A collective-per
   bisection bandwidth) through one 400 Gb/s card per GPU: 50 GB/s one way, 400 GB/s per node of 8
   (the scaling book's GPU chapter, "Networking", https://jax-ml.github.io/scaling-book/gpus/).
   :func:`gpu_group_network` gives a group within one node NVLink's bandwidth; a group spanning ``M``
-  nodes is reduced hierarchically, as NCCL does: each node must receive ``(M-1)/M`` of the result over
+  nodes is reduced hierarchically: each node must receive ``(M-1)/M`` of the result over
   its share of the node's cards (the node's 400 GB/s divided among the groups of the axis that use
   it), and its own GPUs exchange the rest over NVLink; the slower of the two sets the time. Expressed
   per byte of the ring model's count (``(n-1)/n`` of the result), the group's bandwidth is
   ``min(NVLink, share * (n-1)/n * M/(M-1))``: 50 GB/s for a group of one GPU per node, about 400 GB/s
-  for a group of whole nodes (the scaling book's ``bytes / W_node egress``). Latency: a ring's steps,
-  ``n - 1`` within a node at :data:`NVLINK_STEP_LATENCY`, ``M - 1`` between nodes at
+  for a group of whole nodes (the scaling book's ``bytes / W_node egress``). This is a lower bound on
+  the time: NCCL's tree and NVLS algorithms come close to it, while its ring pushes ``(n-1)/n`` of the
+  buffer through each node's cards, up to about 1.3 times slower for groups of whole nodes. Latency:
+  a ring's steps, ``n - 1`` within a node at :data:`NVLINK_STEP_LATENCY`, ``M - 1`` between nodes at
   :data:`NETWORK_STEP_LATENCY`; both are this model's assumptions (orders of magnitude, not measured;
   the bandwidth terms dominate the steps the book models). :func:`axis_network`, :func:`mesh_network`
   and :func:`compiled_traffic` take a GPU mesh (of ``shardlab.target_mesh`` on a GPU target), reading
-  each device's node from its ``process_index``.
+  each device's node from its ``process_index`` (a modelling choice: one process per node, as
+  ``get_topology_desc`` describes a cluster; a job run with one process per GPU would need the node
+  from elsewhere).
 
 * **Time.** :func:`modelled_time` turns a step's flops and its collectives (:class:`Traffic`: bytes one
   device sends by the ring model, mesh axis, how many collectives) into ``compute = flops / peak``,
@@ -562,7 +566,8 @@ def step_traffic(program, mesh, *, slice_shape=None) -> tuple[list, dict]:
     return out, network
 
 
-def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP_LATENCY) -> dict:
+def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP_LATENCY,
+                  axes_at_once: bool = True) -> dict:
     """Modelled time of a step on one chip: compute, communication per axis, overlapped, serial, bound.
 
     ``flops``: floating-point operations one chip performs; ``traffic``: :class:`Traffic` items (or
@@ -575,7 +580,10 @@ def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP
          "by_axis": {axis: comm}, "overlapped": max(compute, comm), "serial": compute + comm,
          "bound": "communication" if comm > compute else "compute"}
 
-    Collectives on different axes overlap each other; see the module docstring for every assumption.
+    Collectives on different axes overlap each other (``comm`` is the longest axis's); with
+    ``axes_at_once=False`` they run one after another and ``comm`` (and ``latency``) is the sum over the
+    axes: XLA:GPU normally issues its asynchronous collectives one at a time, on one collective stream.
+    See the module docstring for every assumption.
     """
     chip = _chip(chip)
     if isinstance(flops, bool) or not isinstance(flops, (int, float, np.integer, np.floating, Fraction)) \
@@ -588,6 +596,8 @@ def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP
                          f"got {hop_latency!r}")
     if isinstance(traffic, (Traffic, str, bytes)) or not hasattr(traffic, "__iter__"):
         raise ValueError(f"modelled_time: traffic must be a list of Traffic, got {traffic!r}")
+    if not isinstance(axes_at_once, bool):
+        raise ValueError(f"modelled_time: axes_at_once must be True or False, got {axes_at_once!r}")
     items = [t if isinstance(t, Traffic) else Traffic(*t) for t in traffic]
     bandwidth, latency = {}, {}
     for t in items:
@@ -611,7 +621,10 @@ def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP
     slowest = max(by_axis, key=by_axis.get) if by_axis else None
     compute = float(flops) / chip.peak_flops
     comm = by_axis[slowest] if by_axis else 0.0
-    return {"compute": compute, "comm": comm, "latency": latency[slowest] if by_axis else 0.0,
+    waiting = latency[slowest] if by_axis else 0.0
+    if not axes_at_once:
+        comm, waiting = sum(by_axis.values()), sum(latency.values())
+    return {"compute": compute, "comm": comm, "latency": waiting,
             "by_axis": by_axis, "overlapped": max(compute, comm), "serial": compute + comm,
             "bound": "communication" if comm > compute else "compute"}
 

@@ -69,16 +69,19 @@ def step_parameters(layers: int, d: int, hidden: int | None = None) -> int:
 
 
 def step_flops(layers: int, d: int, rows: int, hidden: int | None = None) -> int:
-    """Matrix-product flops of one step over all devices: ``16 * rows * d * hidden`` per block.
+    """Matrix-product flops of one step over all devices: ``14 * rows * d * hidden`` per block.
 
-    Per block the forward pass makes two products of ``2 * rows * d * hidden`` flops; the backward pass
-    twice as many; ``jax.checkpoint`` runs the forward pass once more: four forward passes in all (XLA
-    may keep a forward product instead of recomputing it, e.g. with a single block: then 12, not 16).
-    Elementwise work (relu, AdamW) is left out: a few flops per parameter or activation, far fewer.
+    A product of ``(rows, d)`` by ``(d, hidden)`` is ``2 * rows * d * hidden`` flops. Per block the
+    forward pass makes two; the backward pass four (for each product, the gradient of its input and of its
+    weight) and, because of ``jax.checkpoint``, recomputes the first, ``relu(x @ W1)``, whose output the
+    gradients need: the second product's output is needed by nothing, so XLA drops its recomputation.
+    Seven products in all, as the compiled loop bodies hold (``tests/test_targets.py`` counts them). With
+    a single block there is no loop and XLA keeps the forward product instead of recomputing it: 12, not
+    14. Elementwise work (relu, AdamW) is left out: a few flops per parameter or activation, far fewer.
     """
     hidden = 4 * d if hidden is None else hidden
     _check_sizes(layers=layers, d=d, rows=rows, hidden=hidden)
-    return layers * 4 * 2 * 2 * rows * d * hidden
+    return layers * 7 * 2 * rows * d * hidden
 
 
 def _check_sizes(**sizes) -> None:

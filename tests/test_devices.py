@@ -107,3 +107,23 @@ def test_bad_count_is_refused(bad):
 
     with pytest.raises(ValueError, match="n must be a positive integer"):
         shardlab.setup_devices(bad)
+
+
+def test_a_driver_library_without_a_gpu_device_is_no_driver(monkeypatch):
+    # The CUDA plugin is only started where a GPU can be used: the driver's library alone is not enough.
+    import ctypes
+    import glob
+
+    from shardlab import devices as dev
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: object())          # the library loads
+    monkeypatch.setattr(glob, "glob", lambda pattern: [])                 # but no /dev/nvidia0
+    monkeypatch.setattr(dev.os.path, "exists", lambda path: False)
+    assert dev._cuda_driver_present() is False
+    monkeypatch.setattr(glob, "glob", lambda pattern: ["/dev/nvidia0"])   # a GPU device node
+    assert dev._cuda_driver_present() is True
+
+    def missing(name):
+        raise OSError(name)
+    monkeypatch.setattr(ctypes, "CDLL", missing)                          # a device node, no library
+    assert dev._cuda_driver_present() is False

@@ -244,6 +244,27 @@ def test_modelled_time_by_hand():
     assert ICI_HOP_LATENCY == 1e-6 and "scaling-book/sharding" in LATENCY_SOURCE
 
 
+def test_axes_one_after_another_add_their_times():
+    # The same step with its two axes' collectives in turn (one collective stream, as on XLA:GPU).
+    net = {"data": AxisNetwork(2, 8), "model": AxisNetwork(1, 3)}
+    traffic = [Traffic(4e6, "data", 3, "all-reduce"), Traffic(1e6, "model", 35, "all-gather")]
+    at_once = modelled_time(1e9, traffic, ROUND, net)
+    in_turn = modelled_time(1e9, traffic, ROUND, net, axes_at_once=False)
+    data, model = 2e-3 + 48e-6, 1e-3 + 105e-6
+    assert in_turn["by_axis"] == at_once["by_axis"]
+    assert in_turn["comm"] == pytest.approx(data + model, rel=1e-12)
+    assert in_turn["latency"] == pytest.approx(48e-6 + 105e-6, rel=1e-12)
+    assert in_turn["serial"] == pytest.approx(1e-3 + data + model, rel=1e-12)
+    assert in_turn["overlapped"] == pytest.approx(data + model, rel=1e-12)
+    assert in_turn["comm"] != pytest.approx(at_once["comm"], rel=1e-3)     # the other side
+    # Compute-bound at once, communication-bound in turn: 2.5 ms of arithmetic between the two sums.
+    between = modelled_time(2.5e9, traffic, ROUND, net)
+    assert between["bound"] == "compute"
+    assert modelled_time(2.5e9, traffic, ROUND, net, axes_at_once=False)["bound"] == "communication"
+    with pytest.raises(ValueError, match="axes_at_once"):
+        modelled_time(1e9, traffic, ROUND, net, axes_at_once="no")
+
+
 def test_many_small_collectives_are_not_free():
     # 35 all-reduces of 1 KiB over a ring of 16 v5e chips: the bytes take under a microsecond, the
     # latency 35 * 2 * 8 us = 560 us.
