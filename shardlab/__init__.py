@@ -23,6 +23,10 @@ from shardlab.time_model import (ICI_HOP_LATENCY, AxisNetwork, Traffic, axis_lin
                                  torus_wraparound)
 from shardlab.targets import (HERE, TARGETS, CompiledProgram, ProgramMemory, Target, TPUCompilerUnavailable,
                               compile_for, compiling_for_tpu, target_devices, target_mesh, tpu_compiler_missing)
+from shardlab.gpu_targets import (GPU_TARGETS, GPUCompilerUnavailable, GpuTarget, compiling_for_gpu,
+                                  gpu_compiler_missing)
+from shardlab.cost_model import GPU_CHIPS, GpuChip
+from shardlab.time_model import gpu_group_network, step_traffic
 from shardlab.collectives import (CollectiveRun, RingSteps, collective_view, draw_collective, ring_steps,
                                   run_collective)
 from shardlab.memory import has_memory_kind, memory_kinds, memory_placements, missing_memory_kind
@@ -38,7 +42,14 @@ from shardlab.experts import Routing, dispatch_and_combine, expert_capacity, exp
 from shardlab.attention import (block_kinds, causal_work, kv_block_at, longest_sequence, ring_attention_comm,
                                 ring_attention_memory, token_positions)
 from shardlab.transformer import (TransformerConfig, mesh_factorisations, model_flops, model_flops_utilisation,
-                                  param_shapes, param_specs, reversal_batch, without_fsdp)
+                                  param_shapes, param_specs, reversal_batch, stack_blocks, without_fsdp)
+from shardlab.logical_axes import logical_spec
+from shardlab.profiling import (DeviceOp, InstructionSource, MemorySample, Trace, Wait, draw_timeline, hlo_sources,
+                                op_kind, op_totals, read_memory_profile, read_trace, scope_of, time_breakdown,
+                                trace_file)
+from shardlab.serving import (LLAMA_8B_LIKE, DecoderConfig, cache_shapes, cache_specs, decoder_shapes, decoder_specs,
+                              empty_cache, forward_with_cache, forward_without_cache, generate, init_decoder,
+                              serving_bytes, serving_flops, serving_time, sharded_step, step_arguments)
 
 __all__ = [
     # set-up and exercises
@@ -59,6 +70,9 @@ __all__ = [
     # compile targets: here, or a TPU slice compiled for ahead of time
     "Target", "TARGETS", "HERE", "target_devices", "target_mesh", "compile_for", "CompiledProgram",
     "ProgramMemory", "compiling_for_tpu", "tpu_compiler_missing", "TPUCompilerUnavailable",
+    # GPU targets: NVIDIA nodes and clusters compiled for with no GPU, their chips, their two-level network
+    "GpuTarget", "GPU_TARGETS", "compiling_for_gpu", "gpu_compiler_missing", "GPUCompilerUnavailable",
+    "GpuChip", "GPU_CHIPS", "gpu_group_network", "step_traffic",
     # collectives step by step
     "run_collective", "ring_steps", "collective_view", "draw_collective", "CollectiveRun", "RingSteps",
     # memory kinds
@@ -83,6 +97,13 @@ __all__ = [
     "ring_attention_comm", "longest_sequence",
     # a transformer trained at scale: its sizes, specs per layout, task, flops and MFU
     "TransformerConfig", "param_specs", "param_shapes", "without_fsdp", "reversal_batch", "model_flops",
-    "model_flops_utilisation", "mesh_factorisations",
+    "model_flops_utilisation", "mesh_factorisations", "stack_blocks", "logical_spec",
+    # where the time goes: a profiler trace per device, the program's sources, the memory profile
+    "read_trace", "trace_file", "Trace", "DeviceOp", "Wait", "op_kind", "time_breakdown", "op_totals",
+    "draw_timeline", "hlo_sources", "InstructionSource", "scope_of", "read_memory_profile", "MemorySample",
+    # serving a model: a decoder with a KV cache, its sharded step, the bytes and time of a step modelled
+    "DecoderConfig", "LLAMA_8B_LIKE", "init_decoder", "decoder_shapes", "decoder_specs", "cache_specs",
+    "cache_shapes", "empty_cache", "forward_with_cache", "forward_without_cache", "generate", "sharded_step",
+    "step_arguments", "serving_bytes", "serving_flops", "serving_time",
 ]
 __version__ = "0.1.0"

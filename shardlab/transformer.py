@@ -94,8 +94,12 @@ def init_params(config: TransformerConfig, key=0, dtype=None) -> dict:
     return {"embed": embed, "pos": pos, "blocks": blocks, "ln_f": ones(), "unembed": normal((d, config.vocab), d)}
 
 
-def param_shapes(config: TransformerConfig, dtype=np.float32) -> dict:
-    """The parameters' shapes and dtype as ``jax.ShapeDtypeStruct`` (nothing allocated): a pod-scale model."""
+def param_shapes(config: TransformerConfig, dtype=np.float32, stacked: bool = False) -> dict:
+    """The parameters' shapes and dtype as ``jax.ShapeDtypeStruct`` (nothing allocated): a pod-scale model.
+
+    ``stacked=True``: the blocks as one dict of arrays with a leading ``layers`` dimension, the form
+    :func:`forward` runs under ``jax.lax.scan`` (see :func:`stack_blocks`).
+    """
     import jax
 
     _check_config(config)
@@ -103,28 +107,65 @@ def param_shapes(config: TransformerConfig, dtype=np.float32) -> dict:
     shapes = {"ln1": (d,), "wq": (d, h, k), "wk": (d, h, k), "wv": (d, h, k), "wo": (h, k, d), "ln2": (d,),
               "w_in": (d, f), "w_out": (f, d)}
     leaf = lambda shape: jax.ShapeDtypeStruct(shape, dtype)
-    return {"embed": leaf((config.vocab, d)), "pos": leaf((config.seq, d)),
-            "blocks": [{name: leaf(shape) for name, shape in shapes.items()} for _ in range(config.layers)],
+    if stacked:
+        blocks = {name: leaf((config.layers,) + shape) for name, shape in shapes.items()}
+    else:
+        blocks = [{name: leaf(shape) for name, shape in shapes.items()} for _ in range(config.layers)]
+    return {"embed": leaf((config.vocab, d)), "pos": leaf((config.seq, d)), "blocks": blocks,
             "ln_f": leaf((d,)), "unembed": leaf((d, config.vocab))}
 
 
-def param_specs(params) -> dict:
+def stack_blocks(params) -> dict:
+    """``params`` with its list of blocks stacked into one dict of ``(layers, ...)`` arrays (for a scan)."""
+    import jax
+    import jax.numpy as jnp
+
+    if not isinstance(params, dict) or not isinstance(params.get("blocks"), list):
+        raise ValueError("stack_blocks: params must be the dict init_params returns (a list of blocks)")
+    return {**params, "blocks": jax.tree.map(lambda *layers: jnp.stack(layers), *params["blocks"])}
+
+
+#: Each parameter's dimensions by logical name (:mod:`shardlab.logical_axes`); ``None``: never split.
+#: The embedding tables' rows are looked up, not multiplied: they stay whole.
+PARAM_AXES = {"embed": (None, "embed"), "pos": (None, "embed"), "ln_f": (), "unembed": ("embed", "vocab")}
+BLOCK_AXES = {"ln1": (), "wq": ("embed", "heads", None), "wk": ("embed", "heads", None),
+              "wv": ("embed", "heads", None), "wo": ("heads", None, "embed"), "ln2": (),
+              "w_in": ("embed", "mlp"), "w_out": ("mlp", "embed")}
+
+
+def block_specs(rules=None) -> dict:
+    """A ``PartitionSpec`` per weight of one block, from :data:`BLOCK_AXES` and ``rules``."""
+    from shardlab.logical_axes import RULES, logical_spec
+
+    rules = RULES if rules is None else rules
+    return {name: logical_spec(axes, rules) for name, axes in BLOCK_AXES.items()}
+
+
+def param_specs(params, rules=None) -> dict:
     """A ``PartitionSpec`` per parameter over the axes ``("data", "fsdp", "model")``.
 
-    Matrices that widen the stream (``wq``, ``wk``, ``wv``, ``w_in``) are split over ``fsdp`` on their
-    input dimension and ``model`` on their output one (heads, hidden units); those that narrow it back
-    (``wo``, ``w_out``) the other way round; the embeddings over ``fsdp`` on the width, the output
-    projection over ``model`` on the vocabulary. Layer-norm scales are replicated.
+    Read from each parameter's logical axis names (:data:`PARAM_AXES`, :data:`BLOCK_AXES`) through
+    ``rules`` (default :data:`shardlab.logical_axes.RULES`): matrices that widen the stream (``wq``,
+    ``wk``, ``wv``, ``w_in``) are split over ``fsdp`` on their input dimension (``embed``) and ``model``
+    on their output one (``heads``, ``mlp``); those that narrow it back (``wo``, ``w_out``) the other way
+    round; the embeddings over ``fsdp`` on the width, the output projection over ``model`` on the
+    vocabulary. Layer-norm scales are replicated. Blocks stacked for a scan (a dict of arrays with a
+    leading layer dimension, :func:`param_shapes` with ``stacked=True``) get that dimension unsplit.
     """
     from jax.sharding import PartitionSpec as P
+    from shardlab.logical_axes import RULES, logical_spec
 
     if not isinstance(params, dict) or "blocks" not in params:
         raise ValueError("param_specs: params must be the dict init_params returns")
-    block = {"ln1": P(), "wq": P("fsdp", "model", None), "wk": P("fsdp", "model", None),
-             "wv": P("fsdp", "model", None), "wo": P("model", None, "fsdp"), "ln2": P(),
-             "w_in": P("fsdp", "model"), "w_out": P("model", "fsdp")}
-    return {"embed": P(None, "fsdp"), "pos": P(None, "fsdp"), "blocks": [dict(block) for _ in params["blocks"]],
-            "ln_f": P(), "unembed": P("fsdp", "model")}
+    rules = RULES if rules is None else rules
+    block = block_specs(rules)
+    outer = {name: logical_spec(axes, rules) for name, axes in PARAM_AXES.items()}
+    if isinstance(params["blocks"], dict):            # stacked: (layers, ...) per weight
+        blocks = {name: P(None, *spec) for name, spec in block.items()}
+    else:
+        blocks = [dict(block) for _ in params["blocks"]]
+    return {"embed": outer["embed"], "pos": outer["pos"], "blocks": blocks, "ln_f": outer["ln_f"],
+            "unembed": outer["unembed"]}
 
 
 def without_fsdp(spec):
@@ -151,42 +192,59 @@ def _layer_norm(x, scale):
     return ((x32 - mean) / jnp.sqrt(var + 1e-5)).astype(x.dtype) * scale
 
 
-def forward(params, tokens, gather=None, residual=None):
+def _block(x, p, residual):
+    import jax
+    import jax.numpy as jnp
+
+    seq = x.shape[1]
+    causal = jnp.tril(jnp.ones((seq, seq), bool))
+    h = _layer_norm(x, p["ln1"])
+    q, k, v = (jnp.einsum("bsd,dhk->bshk", h, p[w]) for w in ("wq", "wk", "wv"))
+    scores = jnp.einsum("bshk,bthk->bhst", q, k) / math.sqrt(q.shape[-1])
+    weights = jax.nn.softmax(jnp.where(causal, scores, -1e9).astype(jnp.float32), axis=-1).astype(x.dtype)
+    x = residual(x + jnp.einsum("bhst,bthk,hkd->bsd", weights, v, p["wo"]))
+    h = _layer_norm(x, p["ln2"])
+    return residual(x + jax.nn.gelu(h @ p["w_in"]) @ p["w_out"])
+
+
+def forward(params, tokens, gather=None, residual=None, remat_policy=None):
     """Logits ``(batch, seq, vocab)`` of the decoder for ``tokens`` ``(batch, seq)``.
 
     ``gather(block)`` is applied to each block's weights just before they are used (FSDP: make them
     whole on ``fsdp``); ``residual(x)`` to the residual stream after each sub-layer (sequence
-    parallelism: split it along the sequence). Both default to doing nothing.
+    parallelism: split it along the sequence). Both default to doing nothing. Blocks given as a list
+    run one after the other in the program; stacked (a dict of ``(layers, ...)`` arrays) they run under
+    ``jax.lax.scan``, one block's program looped ``layers`` times, and ``remat_policy`` (a
+    ``jax.checkpoint_policies`` policy, or ``None`` for no rematerialisation) says what of each block
+    the backward pass keeps rather than recomputes.
     """
     import jax
-    import jax.numpy as jnp
 
     gather = gather or (lambda p: p)
     residual = residual or (lambda x: x)
     outer = gather({k: v for k, v in params.items() if k != "blocks"})
     seq = tokens.shape[1]
     x = residual(outer["embed"][tokens] + outer["pos"][:seq])
-    causal = jnp.tril(jnp.ones((seq, seq), bool))
-    for block in params["blocks"]:
-        p = gather(block)
-        h = _layer_norm(x, p["ln1"])
-        q, k, v = (jnp.einsum("bsd,dhk->bshk", h, p[w]) for w in ("wq", "wk", "wv"))
-        scores = jnp.einsum("bshk,bthk->bhst", q, k) / math.sqrt(q.shape[-1])
-        weights = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1)
-        x = residual(x + jnp.einsum("bhst,bthk,hkd->bsd", weights, v, p["wo"]))
-        h = _layer_norm(x, p["ln2"])
-        x = residual(x + jax.nn.gelu(h @ p["w_in"]) @ p["w_out"])
+    if isinstance(params["blocks"], dict):
+        def one_block(x, block):
+            return _block(x, gather(block), residual), None
+        if remat_policy is not None:
+            one_block = jax.checkpoint(one_block, policy=remat_policy)
+        x, _ = jax.lax.scan(one_block, x, params["blocks"])
+    else:
+        for block in params["blocks"]:
+            x = _block(x, gather(block), residual)
     return _layer_norm(x, outer["ln_f"]) @ outer["unembed"]
 
 
-def loss_fn(params, tokens, gather=None, residual=None):
+def loss_fn(params, tokens, gather=None, residual=None, remat_policy=None):
     """Mean cross-entropy of the second half of each sequence (the reversed first half), predicted
     token by token from everything before it. Computed in the parameters' dtype (pass them cast to
     bfloat16 for mixed precision); the layer norms' statistics and the softmax in float32."""
     import jax
     import jax.numpy as jnp
 
-    logits = forward(params, tokens, gather, residual)
+    logits = forward(params, tokens, gather, residual, remat_policy)
     half = tokens.shape[1] // 2
     # the positions whose next token is in the second half; the softmax in float32 whatever the compute dtype
     predicted = logits[:, half - 1:-1].astype(jnp.float32)
