@@ -12,11 +12,13 @@ both phases of generation:
 :func:`forward_without_cache` recomputes a whole sequence with a causal mask and no cache: the reference
 the cached path is checked against. Weights are stacked over layers (a leading axis of ``layers``);
 the cache is ``{"k", "v"}`` of shape ``(layers, max_seq, kv_heads, batch, head_dim)``
-(:data:`CACHE_AXES`), the order XLA:TPU's decode loop keeps it in: stored batch first instead, the
-compiled step copies the whole cache into that order and back at every call.
+(:data:`CACHE_AXES`), the order XLA:TPU's decode loop keeps it in: stored batch first instead
+(:data:`BATCH_FIRST_AXES`, ``batch_first=True``), the compiled step copies the whole cache into that
+order and back at every call. Attention reads the whole allocated cache at every step and masks the
+positions not yet written (production kernels, ragged or paged attention, read only the filled part).
 
-:func:`sharded_step` jits it for a mesh (weights split by heads and MLP units, the cache by heads or by
-sequence, the cache donated) and :func:`step_arguments` gives its arguments at any size without
+:func:`sharded_step` jits it for a mesh (weights split by heads and MLP units, the key/value weights
+optionally replicated, the cache by heads or by sequence, the cache donated) and :func:`step_arguments` gives its arguments at any size without
 allocating them, to compile for a TPU slice. The last part models one step on a chip:
 :func:`serving_bytes` (weights and cache read from HBM per step, per chip), :func:`serving_flops`,
 :func:`serving_time` (the memory term from the chip's HBM bandwidth, which
@@ -35,7 +37,7 @@ from shardlab.arguments import positive_int
 
 __all__ = [
     "DecoderConfig", "LLAMA_8B_LIKE", "init_decoder", "decoder_shapes", "decoder_specs", "cache_specs",
-    "empty_cache", "cache_shapes", "CACHE_AXES", "forward_with_cache", "forward_without_cache", "generate",
+    "empty_cache", "cache_shapes", "CACHE_AXES", "BATCH_FIRST_AXES", "forward_with_cache", "forward_without_cache", "generate",
     "sharded_step", "step_arguments", "serving_bytes", "serving_flops", "serving_time",
     "LAYOUTS",
 ]
@@ -140,24 +142,30 @@ def decoder_shapes(config: DecoderConfig, dtype=None) -> dict:
 #: The cache's dimensions, in order.
 CACHE_AXES = ("layers", "seq", "kv_heads", "batch", "head_dim")
 
+#: The cache's dimensions stored batch first (``forward_with_cache(..., batch_first=True)``).
+BATCH_FIRST_AXES = ("layers", "batch", "seq", "kv_heads", "head_dim")
+
 #: How the cache may be split over the ``model`` axis: by key/value heads, or by position in the sequence.
 LAYOUTS = ("heads", "sequence")
 
 
-def decoder_specs(model_axis: str | None = "model") -> dict:
+def decoder_specs(model_axis: str | None = "model", *, split_kv_weights: bool = True) -> dict:
     """A ``PartitionSpec`` per parameter: tensor parallelism over ``model_axis`` (``None``: replicated).
 
     Attention is split by heads (``wq``, ``wk``, ``wv`` on their head dimension, ``wo`` on its input
     heads), the MLP by hidden units (``w_gate``, ``w_up`` on their output, ``w_down`` on its input), the
-    output projection by vocabulary; the embedding and the norms are replicated.
+    output projection by vocabulary; the embedding and the norms are replicated. ``split_kv_weights=False``
+    replicates ``wk`` and ``wv`` (small under GQA), so that ``model_axis`` may exceed the key/value heads.
     """
     from jax.sharding import PartitionSpec as P
 
     m = model_axis
     if m is not None and not isinstance(m, str):
         raise ValueError(f"decoder_specs: model_axis must be a mesh axis name or None, got {m!r}")
-    return {"embed": P(), "ln1": P(), "wq": P(None, None, m, None), "wk": P(None, None, m, None),
-            "wv": P(None, None, m, None), "wo": P(None, m, None, None), "ln2": P(),
+    if not isinstance(split_kv_weights, bool):
+        raise ValueError(f"decoder_specs: split_kv_weights must be True or False, got {split_kv_weights!r}")
+    kv = P(None, None, m, None) if split_kv_weights else P()
+    return {"embed": P(), "ln1": P(), "wq": P(None, None, m, None), "wk": kv, "wv": kv, "wo": P(None, m, None, None), "ln2": P(),
             "w_gate": P(None, None, m), "w_up": P(None, None, m), "w_down": P(None, m, None),
             "ln_f": P(), "unembed": P(None, m)}
 
@@ -226,19 +234,21 @@ def _rotate(x, positions):
     return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1).astype(x.dtype)
 
 
-def _attend(q, k, v, q_pos, k_pos):
-    """GQA attention: ``q`` ``(B, T, Hq, D)``, ``k``/``v`` ``(S, Hkv, B, D)``; key ``s`` seen by query
-    ``t`` where ``k_pos[s] <= q_pos[t]``. Scores and softmax in float32."""
+def _attend(q, k, v, q_pos, k_pos, batch_first=False):
+    """GQA attention: ``q`` ``(B, T, Hq, D)``, ``k``/``v`` ``(S, Hkv, B, D)`` (``(B, S, Hkv, D)`` if
+    ``batch_first``); key ``s`` seen by query ``t`` where ``k_pos[s] <= q_pos[t]``. Scores and softmax in
+    float32. Every position of ``k`` is read, written or not: the mask hides the unwritten ones."""
     import jax
     import jax.numpy as jnp
 
     B, T, Hq, D = q.shape
-    Hkv = k.shape[1]
+    Hkv = k.shape[2 if batch_first else 1]
+    kv = "bskd" if batch_first else "skbd"
     q = q.reshape(B, T, Hkv, Hq // Hkv, D)
-    scores = jnp.einsum("btkgd,skbd->bkgts", q, k, preferred_element_type=jnp.float32) / math.sqrt(D)
+    scores = jnp.einsum(f"btkgd,{kv}->bkgts", q, k, preferred_element_type=jnp.float32) / math.sqrt(D)
     seen = k_pos[None, :] <= q_pos[:, None]                            # (T, S)
     weights = jax.nn.softmax(jnp.where(seen, scores, -1e30), axis=-1)
-    out = jnp.einsum("bkgts,skbd->btkgd", weights.astype(v.dtype), v)
+    out = jnp.einsum(f"bkgts,{kv}->btkgd", weights.astype(v.dtype), v)
     return out.reshape(B, T, Hq, D)
 
 
@@ -270,7 +280,7 @@ def forward_without_cache(params, tokens):
     return _rms_norm(x, params["ln_f"]) @ params["unembed"]
 
 
-def forward_with_cache(params, cache, tokens, start, heads_sharding=None):
+def forward_with_cache(params, cache, tokens, start, heads_sharding=None, batch_first=False):
     """Logits of the last of ``tokens`` ``(batch, T)``, which sit at positions ``start .. start+T-1``,
     and the cache with their keys and values written in: ``(logits (batch, vocab), cache)``.
 
@@ -285,6 +295,9 @@ def forward_with_cache(params, cache, tokens, start, heads_sharding=None):
     keys and values are constrained to it before attention; with the cache split by sequence, a
     sharding that keeps every head on every chip (``P(batch_axis)``) lets each chip attend over its own
     positions for all heads, and the chips combine their partial softmaxes with small all-reduces.
+
+    ``batch_first``: the cache is stored as :data:`BATCH_FIRST_AXES` and used in that order throughout
+    (no transposes), in place of :data:`CACHE_AXES`.
     """
     import jax
     import jax.numpy as jnp
@@ -292,7 +305,7 @@ def forward_with_cache(params, cache, tokens, start, heads_sharding=None):
     T = tokens.shape[1]
     start = jnp.asarray(start, jnp.int32)
     positions = start + jnp.arange(T, dtype=jnp.int32)
-    k_pos = jnp.arange(cache["k"].shape[1], dtype=jnp.int32)
+    k_pos = jnp.arange(cache["k"].shape[2 if batch_first else 1], dtype=jnp.int32)
     constrain = (lambda a: a) if heads_sharding is None else (
         lambda a: jax.lax.with_sharding_constraint(a, heads_sharding))
     zero = jnp.zeros((), jnp.int32)
@@ -303,13 +316,17 @@ def forward_with_cache(params, cache, tokens, start, heads_sharding=None):
         q, k, v = (jnp.einsum("btd,dhk->bthk", h, w[name]) for name in ("wq", "wk", "wv"))
         q, k = _rotate(q, positions), _rotate(k, positions)
         q, k, v = constrain(q), constrain(k), constrain(v)
-        k, v = k.transpose(1, 2, 0, 3), v.transpose(1, 2, 0, 3)      # (T, heads, batch, head_dim)
-        at = (l, start, zero, zero, zero)
+        if batch_first:
+            at = (l, zero, start, zero, zero)
+        else:
+            k, v = k.transpose(1, 2, 0, 3), v.transpose(1, 2, 0, 3)  # (T, heads, batch, head_dim)
+            at = (l, start, zero, zero, zero)
         k_cache = jax.lax.dynamic_update_slice(k_cache, k[None].astype(k_cache.dtype), at)
         v_cache = jax.lax.dynamic_update_slice(v_cache, v[None].astype(v_cache.dtype), at)
         keys, values = (jax.lax.dynamic_index_in_dim(c, l, keepdims=False).astype(q.dtype)
                         for c in (k_cache, v_cache))
-        x = x + jnp.einsum("bthk,hkd->btd", _attend(q, keys, values, positions, k_pos), w["wo"])
+        attended = _attend(q, keys, values, positions, k_pos, batch_first)
+        x = x + jnp.einsum("bthk,hkd->btd", attended, w["wo"])
         x = x + _mlp(_rms_norm(x, w["ln2"]), w)
         return (x, k_cache, v_cache, l + 1), None
 
@@ -350,8 +367,9 @@ def generate(step, params, cache, prompt, new_tokens: int):
 
 
 def sharded_step(mesh, layout: str, *, batch_axis: str | None = "data", model_axis: str = "model",
-                 donate: bool = True):
-    """:func:`forward_with_cache` jitted for ``mesh``: weights split by :func:`decoder_specs`, the cache
+                 donate: bool = True, split_kv_weights: bool = True):
+    """:func:`forward_with_cache` jitted for ``mesh``: weights split by :func:`decoder_specs` (``wk`` and
+    ``wv`` replicated where ``split_kv_weights`` is False), the cache
     by :func:`cache_specs` (``layout``), the tokens and logits by ``batch_axis``, the cache donated.
 
     Returns ``(step, param_shardings, cache_shardings)``. With the cache split by sequence, every head's
@@ -370,7 +388,7 @@ def sharded_step(mesh, layout: str, *, batch_axis: str | None = "data", model_ax
             raise ValueError(f"sharded_step: {name} must be an axis of the mesh {names}, got {axis!r}")
     shard = lambda tree: jax.tree.map(lambda spec: NamedSharding(mesh, spec), tree,
                                       is_leaf=lambda x: isinstance(x, P))
-    params = shard(decoder_specs(model_axis))
+    params = shard(decoder_specs(model_axis, split_kv_weights=split_kv_weights))
     cache = shard(cache_specs(layout, batch_axis=batch_axis, model_axis=model_axis))
     rows = NamedSharding(mesh, P(batch_axis))
     heads = rows if layout == "sequence" else None
@@ -381,7 +399,8 @@ def sharded_step(mesh, layout: str, *, batch_axis: str | None = "data", model_ax
 
 
 def step_arguments(config: DecoderConfig, mesh, layout: str, batch: int, context: int, tokens: int = 1,
-                   *, batch_axis: str | None = "data", model_axis: str = "model", dtype=None) -> tuple:
+                   *, batch_axis: str | None = "data", model_axis: str = "model", dtype=None,
+                   split_kv_weights: bool = True) -> tuple:
     """The arguments of a sharded step as ``jax.ShapeDtypeStruct`` (nothing allocated): bfloat16 weights
     and a cache of ``context`` positions for ``batch`` sequences, ``tokens`` new tokens each, a start."""
     import jax
@@ -389,7 +408,8 @@ def step_arguments(config: DecoderConfig, mesh, layout: str, batch: int, context
 
     _check_config(config)
     tokens = positive_int("step_arguments: tokens", tokens)
-    _, param_sh, cache_sh = sharded_step(mesh, layout, batch_axis=batch_axis, model_axis=model_axis)
+    _, param_sh, cache_sh = sharded_step(mesh, layout, batch_axis=batch_axis, model_axis=model_axis,
+                                         split_kv_weights=split_kv_weights)
     place = lambda shapes, shardings: jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), shapes, shardings)
     rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(batch_axis))
@@ -407,14 +427,16 @@ def _read_params(config: DecoderConfig) -> int:
 
 
 def serving_bytes(config: DecoderConfig, batch: int, context: int, *, model_chips: int = 1,
-                  batch_chips: int = 1, itemsize: int = 2) -> dict:
+                  batch_chips: int = 1, itemsize: int = 2, split_kv_weights: bool = True) -> dict:
     """Bytes one chip reads from HBM in one decode step (modelled): ``{"weights", "cache", "total"}``.
 
     ``batch`` sequences in all, each with ``context`` positions of cache; weights split over
     ``model_chips`` (tensor parallelism: each chip reads its slice once per step, whatever the batch;
     the embedding is a lookup of a few rows and counts nothing); the cache split over ``model_chips``
     (by heads or by sequence: the same bytes) and over ``batch_chips`` with the batch. ``itemsize``:
-    bytes per number (2 for bfloat16).
+    bytes per number (2 for bfloat16); ``split_kv_weights=False``: ``wk`` and ``wv`` are replicated, read
+    whole by every chip. Every allocated position of the cache counts: attention reads it all and masks
+    the positions not yet written.
     """
     _check_config(config)
     batch, context = _batch_seq("serving_bytes", batch, context, "context")
@@ -423,7 +445,10 @@ def serving_bytes(config: DecoderConfig, batch: int, context: int, *, model_chip
     itemsize = positive_int("serving_bytes: itemsize", itemsize)
     if batch % batch_chips:
         raise ValueError(f"serving_bytes: batch ({batch}) must be a multiple of batch_chips ({batch_chips})")
-    weights = _read_params(config) * itemsize / model_chips
+    if not isinstance(split_kv_weights, bool):
+        raise ValueError(f"serving_bytes: split_kv_weights must be True or False, got {split_kv_weights!r}")
+    kv_weights = 0 if split_kv_weights else 2 * config.layers * config.d_model * config.kv_heads * config.head_dim
+    weights = ((_read_params(config) - kv_weights) / model_chips + kv_weights) * itemsize
     cache = batch * context * config.kv_bytes_per_token(itemsize) / (model_chips * batch_chips)
     return {"weights": weights, "cache": cache, "total": weights + cache}
 

@@ -86,6 +86,48 @@ def test_sharded_generation_equals_one_device(layout):
     assert cache["k"].addressable_shards[0].data.size * 8 == cache["k"].size
 
 
+def test_sequence_split_past_the_kv_heads_equals_one_device():
+    # 8 chips per copy for 4 key/value heads: only with wk and wv replicated
+    params = serving.init_decoder(CONFIG, 4)
+    prompt = _prompt(4, 5, 2)
+    one = jax.jit(serving.forward_with_cache, donate_argnums=1)
+    want, want_logits, _ = serving.generate(one, params, serving.empty_cache(CONFIG, 4), prompt, 6)
+    mesh = _mesh((1, 8))
+    step, param_sh, cache_sh = serving.sharded_step(mesh, "sequence", split_kv_weights=False)
+    assert param_sh["wk"].spec == P() and param_sh["wq"].spec == P(None, None, "model", None)
+    got, got_logits, _ = serving.generate(step, jax.device_put(params, param_sh),
+                                          serving.empty_cache(CONFIG, 4, sharding=cache_sh), prompt, 6)
+    assert (np.asarray(got) == np.asarray(want)).all()
+    scale = float(jnp.abs(want_logits).max())
+    np.testing.assert_allclose(got_logits, want_logits, rtol=0, atol=1e-5 * scale)
+    # split by head, the same mesh cannot place wk: 4 heads over 8 chips
+    _, split_sh, _ = serving.sharded_step(mesh, "sequence")
+    with pytest.raises(ValueError):
+        jax.device_put(params["wk"], split_sh["wk"])
+
+
+def test_batch_first_cache_gives_the_same_logits():
+    params = serving.init_decoder(CONFIG, 5)
+    prompt = _prompt(3, 4, 3)
+    step = jax.jit(serving.forward_with_cache)
+    first = jax.jit(lambda p, c, t, s: serving.forward_with_cache(p, c, t, s, batch_first=True))
+    cache = serving.empty_cache(CONFIG, 3)
+    stored = {k: jnp.zeros((CONFIG.layers, 3, CONFIG.max_seq, CONFIG.kv_heads, CONFIG.head_dim))
+              for k in cache}
+    assert serving.BATCH_FIRST_AXES == tuple(serving.CACHE_AXES[i] for i in (0, 3, 1, 2, 4))
+    want, cache = step(params, cache, prompt, 0)
+    got, stored = first(params, stored, prompt, 0)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(jnp.abs(want).max()))
+    # the same cache, in the other order
+    np.testing.assert_array_equal(np.asarray(stored["k"]), np.asarray(cache["k"]).transpose(0, 3, 1, 2, 4))
+    want, _ = step(params, cache, prompt[:, :1], 4)
+    got, _ = first(params, stored, prompt[:, :1], 4)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(jnp.abs(want).max()))
+    # the other side: the same token written one position off is far outside that tolerance
+    off, _ = first(params, stored, prompt[:, :1], 5)
+    assert np.abs(np.asarray(off) - np.asarray(want)).max() > 100 * 1e-5 * float(jnp.abs(want).max())
+
+
 def test_donated_cache_is_aliased_and_deleted():
     params = serving.init_decoder(CONFIG)
     cache = serving.empty_cache(CONFIG, 4)
@@ -113,6 +155,13 @@ def test_bytes_read_equals_the_shards_of_the_arguments():
     assert got["cache"] == cache_bytes
     assert got["weights"] == pytest.approx(weights, rel=0.01)
     assert got["weights"] != pytest.approx(weights * 4, rel=0.01)
+    # wk and wv replicated: each chip reads them whole
+    params, _, _, _ = serving.step_arguments(config, mesh, "sequence", batch=6, context=32,
+                                             split_kv_weights=False)
+    weights = sum(shard(s) for name, s in params.items() if name != "embed")
+    got = serving.serving_bytes(config, 6, 32, model_chips=4, batch_chips=2, split_kv_weights=False)
+    assert got["weights"] == pytest.approx(weights, rel=0.01)
+    assert got["weights"] > serving.serving_bytes(config, 6, 32, model_chips=4, batch_chips=2)["weights"]
 
 
 def test_forward_flops_against_the_compiled_count():
@@ -166,6 +215,8 @@ def test_decode_step_traffic_counts_every_layer():
     (lambda: serving.init_decoder("config"), "config"),
     (lambda: serving.cache_specs("rows"), "layout"),
     (lambda: serving.decoder_specs(3), "model_axis"),
+    (lambda: serving.decoder_specs(split_kv_weights=1), "split_kv_weights"),
+    (lambda: serving.serving_bytes(CONFIG, 4, 8, split_kv_weights="no"), "split_kv_weights"),
     (lambda: serving.cache_shapes(CONFIG, 0), "batch"),
     (lambda: serving.sharded_step(_mesh(), "heads", batch_axis="rows"), "batch_axis"),
     (lambda: serving.sharded_step(_mesh(), "pages"), "layout"),
