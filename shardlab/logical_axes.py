@@ -1,5 +1,11 @@
 """Logical axis names mapped to mesh axes by one table of rules, as MaxText's ``logical_axis_rules`` do.
 
+One difference in semantics: Flax's ``logical_to_mesh_axes`` (which MaxText uses) goes through the
+rules in order, so an earlier *rule* wins a contested mesh axis, and it replicates a name no rule
+mentions; :func:`logical_spec` goes through the array's dimensions in order, so an earlier *dimension*
+wins, and an unknown name is an error. ``logical_spec(("embed", "batch"))`` is ``P("fsdp", None)`` here,
+``P(None, ("data", "fsdp"))`` under Flax's rules.
+
 A model names the dimensions of its arrays by what they are (``batch``, ``embed``, ``heads``, ``mlp``,
 ``vocab``, ``seq``); a table of rules says which mesh axes each name is split over. The layout then
 lives in one place: change the table (or the mesh's sizes) and every array follows, with no change to
@@ -15,7 +21,7 @@ RULES = (
     ("heads", "model"),            # attention heads: tensor parallelism (Megatron)
     ("mlp", "model"),              # the MLP's hidden units: tensor parallelism
     ("vocab", "model"),            # the output projection's vocabulary
-    ("seq", "model"),              # the residual stream's sequence: sequence parallelism
+    ("seq", "model"),              # the residual stream's sequence (the residual hook)
 )
 
 

@@ -3,9 +3,11 @@
 One model, every layout: the layout is only the sizes of the three mesh axes. The batch is split over
 ``data`` and ``fsdp`` together; every weight matrix is split over ``fsdp`` on one dimension (gathered
 whole, on that axis, just before use) and over ``model`` on the other, Megatron-style (attention heads
-and the MLP's hidden units); with ``model`` larger than one the residual stream between the blocks is
-split over ``model`` along the sequence (sequence parallelism). An axis of size one changes nothing,
-so ``(8, 1, 1)`` is data parallelism, ``(1, 8, 1)`` FSDP and ``(1, 1, 8)`` tensor + sequence parallelism.
+and the MLP's hidden units). An optional ``residual`` hook constrains the residual stream between
+sub-layers (split over ``model`` along the sequence); compilers then keep the tokens split through each
+block and gather the weights, which is not Megatron sequence parallelism, so the book's layouts run
+without it. An axis of size one changes nothing, so ``(8, 1, 1)`` is data parallelism, ``(1, 8, 1)``
+FSDP and ``(1, 1, 8)`` tensor parallelism.
 
 The task is synthetic and learnable: reverse a sequence of random tokens (:func:`reversal_batch`).
 """

@@ -30,6 +30,13 @@ def test_the_first_free_rule_wins():
     assert logical_spec(("embed", "batch"), rules) == P("fsdp", None)
 
 
+def test_an_earlier_dimension_wins_a_contested_axis():
+    # Unlike Flax's rule-major reading (where the earlier rule, batch's, would win fsdp and give
+    # P(None, ("data", "fsdp"))), the dimensions are read in order: embed comes first and takes fsdp.
+    assert logical_spec(("embed", "batch")) == P("fsdp", None)
+    assert logical_spec(("batch", "embed")) == P(("data", "fsdp"), None)
+
+
 def test_agrees_with_jax_on_a_mesh():
     # The spec is one JAX accepts: placed on a (2, 2, 2) mesh, each shard has the size the names say.
     import jax
