@@ -130,7 +130,7 @@ class GpuTarget:
 
 _H100, _B200 = GPUS["NVIDIA H100 80GB HBM3"], GPUS["NVIDIA B200"]
 
-#: The GPU clusters the book compiles for: nodes of 8 GPUs joined by NVLink, nodes joined by InfiniBand.
+#: The GPU clusters the book compiles for, nodes of 8 GPUs joined by NVLink and nodes joined by InfiniBand.
 GPU_TARGETS = {t.name: t for t in (
     GpuTarget("h100-8", _H100, GPU_CHIPS["H100"], 1, 8, "one node of 8 H100 GPUs (NVLink 4 through NVSwitches)"),
     GpuTarget("h100-32", _H100, GPU_CHIPS["H100"], 4, 8, "4 nodes of 8 H100 GPUs, joined by InfiniBand"),
@@ -178,7 +178,7 @@ def gpu_compiler_missing() -> str | None:
 def compiling_for_gpu():
     """Wrap a cell that compiles for a GPU: where the CUDA plugin is missing, it prints one line and stops.
 
-    :class:`GPUCompilerUnavailable` (raised by :func:`gpu_devices`, and so by ``shardlab.target_devices``
+    :class:`GPUCompilerUnavailable` (raised by ``gpu_devices``, and so by ``shardlab.target_devices``
     and ``shardlab.target_mesh`` on a GPU target) is caught. So is any other error, but only where the
     GPU compiler is missing: a cell that reads the programs an earlier GPU cell would have compiled then
     fails for that reason alone, and says so in the same line. Where the compiler is there, every other

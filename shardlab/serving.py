@@ -12,8 +12,8 @@ both phases of generation:
 :func:`forward_without_cache` recomputes a whole sequence with a causal mask and no cache: the reference
 the cached path is checked against. Weights are stacked over layers (a leading axis of ``layers``);
 the cache is ``{"k", "v"}`` of shape ``(layers, max_seq, kv_heads, batch, head_dim)``
-(:data:`CACHE_AXES`), the order XLA:TPU's decode loop keeps it in: stored batch first instead
-(:data:`BATCH_FIRST_AXES`, ``batch_first=True``), the compiled step copies the whole cache into that
+(``CACHE_AXES``), the order XLA:TPU's decode loop keeps it in: stored batch first instead
+(``BATCH_FIRST_AXES``, ``batch_first=True``), the compiled step copies the whole cache into that
 order and back at every call. Attention reads the whole allocated cache at every step and masks the
 positions not yet written (production kernels, ragged or paged attention, read only the filled part).
 
@@ -68,14 +68,14 @@ class DecoderConfig:
 
     @property
     def layer_params(self) -> int:
-        """Parameters of one layer: attention, a gated (SwiGLU) MLP, two norm scales."""
+        """Parameters of one layer (attention, a gated SwiGLU MLP, two norm scales)."""
         d, k = self.d_model, self.head_dim
         attention = d * self.q_heads * k * 2 + d * self.kv_heads * k * 2
         return attention + 3 * d * self.d_ff + 2 * d
 
     @property
     def num_params(self) -> int:
-        """All parameters: embedding, layers, final norm, output projection (not tied)."""
+        """All parameters (embedding, layers, final norm, output projection, not tied)."""
         return 2 * self.vocab * self.d_model + self.layers * self.layer_params + self.d_model
 
     def kv_bytes_per_token(self, itemsize: int = 2) -> int:
@@ -83,7 +83,7 @@ class DecoderConfig:
         return 2 * self.layers * self.kv_heads * self.head_dim * positive_int("itemsize", itemsize)
 
 
-#: A decoder of the size of Llama 3 8B (GQA with 8 key/value heads, vocabulary 128,256): 8.0e9 parameters.
+#: A decoder the size of Llama 3 8B, 8.0e9 parameters (GQA with 8 key/value heads, vocabulary 128,256).
 LLAMA_8B_LIKE = DecoderConfig(vocab=128_256, d_model=4096, q_heads=32, kv_heads=8, head_dim=128,
                               d_ff=14_336, layers=32, max_seq=8192)
 
@@ -171,7 +171,7 @@ def decoder_specs(model_axis: str | None = "model", *, split_kv_weights: bool = 
 
 
 def cache_specs(layout: str, *, batch_axis: str | None = "data", model_axis: str | None = "model") -> dict:
-    """``PartitionSpec`` of the cache (:data:`CACHE_AXES`) for a layout.
+    """``PartitionSpec`` of the cache (``CACHE_AXES``) for a layout.
 
     ``"heads"``: key/value heads over ``model_axis`` (each chip keeps the cache of the heads it computes);
     ``"sequence"``: positions over ``model_axis`` (for more chips than key/value heads, or long contexts).
@@ -296,8 +296,8 @@ def forward_with_cache(params, cache, tokens, start, heads_sharding=None, batch_
     sharding that keeps every head on every chip (``P(batch_axis)``) lets each chip attend over its own
     positions for all heads, and the chips combine their partial softmaxes with small all-reduces.
 
-    ``batch_first``: the cache is stored as :data:`BATCH_FIRST_AXES` and used in that order throughout
-    (no transposes), in place of :data:`CACHE_AXES`.
+    ``batch_first``: the cache is stored as ``BATCH_FIRST_AXES`` and used in that order throughout
+    (no transposes), in place of ``CACHE_AXES``.
     """
     import jax
     import jax.numpy as jnp

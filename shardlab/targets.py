@@ -169,7 +169,7 @@ def _target(target):
 
 def target_devices(target) -> list:
     """The devices of ``target``: ``"here"`` (the chapter's devices), a TPU slice named in ``TARGETS``, or a
-    GPU cluster named in ``shardlab.GPU_TARGETS`` (:func:`shardlab.gpu_targets.gpu_devices`; raises
+    GPU cluster named in ``shardlab.GPU_TARGETS`` (``shardlab.gpu_targets.gpu_devices``; raises
     :class:`~shardlab.GPUCompilerUnavailable` where JAX's CUDA plugin is missing).
 
     A TPU slice's devices are compile-only descriptions from libtpu: they carry ``id``, ``coords``,
@@ -259,8 +259,8 @@ class CompiledProgram:
     #: Where ``flops`` comes from: XLA's ``cost_analysis()`` of this program, or, where it reports none
     #: (XLA:GPU compiling with no GPU), the unsharded function's count divided evenly among the devices.
     flops_source: str = "cost_analysis"
-    #: What the compiler logged while compiling (XLA's warnings and errors, e.g. XLA:GPU's note that it
-    #: cannot bring the program under the GPU's memory), captured instead of printed.
+    #: What the compiler logged while compiling, captured instead of printed (XLA's warnings and errors,
+    #: such as the GPU compiler's note that it cannot bring the program under the GPU's memory).
     log: tuple = ()
 
     @property

@@ -100,7 +100,7 @@ def param_shapes(config: TransformerConfig, dtype=np.float32, stacked: bool = Fa
     """The parameters' shapes and dtype as ``jax.ShapeDtypeStruct`` (nothing allocated): a pod-scale model.
 
     ``stacked=True``: the blocks as one dict of arrays with a leading ``layers`` dimension, the form
-    :func:`forward` runs under ``jax.lax.scan`` (see :func:`stack_blocks`).
+    ``forward`` runs under ``jax.lax.scan`` (see :func:`stack_blocks`).
     """
     import jax
 
@@ -136,7 +136,7 @@ BLOCK_AXES = {"ln1": (), "wq": ("embed", "heads", None), "wk": ("embed", "heads"
 
 
 def block_specs(rules=None) -> dict:
-    """A ``PartitionSpec`` per weight of one block, from :data:`BLOCK_AXES` and ``rules``."""
+    """A ``PartitionSpec`` per weight of one block, from ``BLOCK_AXES`` and ``rules``."""
     from shardlab.logical_axes import RULES, logical_spec
 
     rules = RULES if rules is None else rules
@@ -146,8 +146,8 @@ def block_specs(rules=None) -> dict:
 def param_specs(params, rules=None) -> dict:
     """A ``PartitionSpec`` per parameter over the axes ``("data", "fsdp", "model")``.
 
-    Read from each parameter's logical axis names (:data:`PARAM_AXES`, :data:`BLOCK_AXES`) through
-    ``rules`` (default :data:`shardlab.logical_axes.RULES`): matrices that widen the stream (``wq``,
+    Read from each parameter's logical axis names (``PARAM_AXES``, ``BLOCK_AXES``) through
+    ``rules`` (default ``shardlab.logical_axes.RULES``): matrices that widen the stream (``wq``,
     ``wk``, ``wv``, ``w_in``) are split over ``fsdp`` on their input dimension (``embed``) and ``model``
     on their output one (``heads``, ``mlp``); those that narrow it back (``wo``, ``w_out``) the other way
     round; the embeddings over ``fsdp`` on the width, the output projection over ``model`` on the
