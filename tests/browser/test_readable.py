@@ -28,7 +28,8 @@ def rel(p: Path) -> str:
 
 
 def _overflowing(page, selector):
-    # Only what is shown: a collapsed answer is measured by the source test until the reader opens it.
+    # What is shown once a reader has opened every collapsed answer and note.
+    page.eval_on_selector_all("details", "ds => ds.forEach(d => { d.open = true; })")
     return page.eval_on_selector_all(
         selector, "els => els.filter(e => e.checkVisibility() && e.scrollWidth > e.clientWidth + 1)"
                   ".map(e => e.innerText.split('\\n').find(l => l.length > 0) || '')")
@@ -38,6 +39,8 @@ def _overflowing(page, selector):
 def test_code_and_outputs_fit_their_boxes(path, visit):
     v = visit(path)
     wide_code = _overflowing(v.page, "div.cell_input pre")
+    opened = v.page.eval_on_selector_all("details[open] div.cell_input pre", "els => els.length")
+    assert opened > 0 or "Show the answer" not in v.page.content(), f"{rel(path)}: no answer opened"
     assert wide_code == [], f"{rel(path)}: code boxes that scroll sideways, first lines: {wide_code[:5]}"
     wide_output = _overflowing(v.page, "div.cell_output pre")
     assert wide_output == [], f"{rel(path)}: outputs that scroll sideways: {wide_output[:5]}"
