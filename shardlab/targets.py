@@ -17,12 +17,14 @@ import re
 import sys
 import tempfile
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from shardlab.compiled import CollectiveReport, _device_assignment, collectives_in_compiled
 from shardlab.cost_model import CHIPS, Chip
+from shardlab.memory import memory_kinds
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,11 @@ HERE = "here"
 
 class TPUCompilerUnavailable(RuntimeError):
     """libtpu, XLA's TPU compiler, cannot be loaded in this Python: TPU programs cannot be compiled."""
+
+
+class MemoryKindWarning(UserWarning):
+    """:func:`compile_for` compiled a program that names a memory kind its target's devices do not list:
+    XLA kept those buffers in device memory, so the program shows no offload."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -304,6 +311,10 @@ def compile_for(f, *args, **kwargs) -> CompiledProgram:
     :func:`target_mesh` (or arrays); ``f`` is a function or a jitted one (its shardings count).
     Nothing runs: the compiled program's collectives (:func:`collectives_in_compiled`),
     ``memory_analysis()`` and ``cost_analysis()`` are read. The compile time is measured.
+
+    Where the program names a memory kind (``pinned_host``, ``unpinned_host``) that the target's devices
+    do not list, as on the book's compile-only GPU devices, which list none, it warns with
+    :class:`MemoryKindWarning`: XLA then keeps those buffers in device memory.
     """
     import jax
 
@@ -312,9 +323,12 @@ def compile_for(f, *args, **kwargs) -> CompiledProgram:
     jitted = f if hasattr(f, "lower") else jax.jit(f)
     start = time.perf_counter()
     with _compiler_log() as log:
-        compiled = jitted.lower(*args, **kwargs).compile()
+        lowered = jitted.lower(*args, **kwargs)
+        compiled = lowered.compile()
     seconds = time.perf_counter() - start
     devices = _device_assignment(compiled) or []
+    if devices:
+        _warn_missing_memory_kinds(lowered, devices)
     stats = compiled.memory_analysis()
     memory = ProgramMemory(stats.argument_size_in_bytes, stats.output_size_in_bytes, stats.temp_size_in_bytes,
                            stats.alias_size_in_bytes, stats.generated_code_size_in_bytes,
@@ -327,6 +341,27 @@ def compile_for(f, *args, **kwargs) -> CompiledProgram:
                            compile_seconds=seconds, collectives=collectives_in_compiled(compiled), memory=memory,
                            flops=flops, bytes_accessed=float(cost.get("bytes accessed", 0.0)), flops_source=source,
                            log=tuple(log))
+
+
+#: Where a lowered module names a memory: ``mhlo.memory_kind`` on an input or output of ``main``, and
+#: ``_xla_buffer_placement`` on a move inside it.
+_NAMED_MEMORY = re.compile(r'(?:mhlo\.memory_kind|_xla_buffer_placement)\s*=\s*"([^"]+)"')
+_ALL_KINDS = frozenset(("device", "pinned_host", "unpinned_host"))
+
+
+def _warn_missing_memory_kinds(lowered, devices) -> None:
+    """Warn (:class:`MemoryKindWarning`) when the lowered program names a memory kind other than
+    ``device`` that the target's devices do not list (the book's compile-only GPU devices list none)."""
+    have = memory_kinds(devices[0])
+    if _ALL_KINDS <= set(have):
+        return                                  # nothing the program could name is missing
+    named = sorted(set(_NAMED_MEMORY.findall(lowered.as_text())) - {"device"} - set(have))
+    if named:
+        warnings.warn(MemoryKindWarning(
+            f"compile_for: the program places buffers in {', '.join(map(repr, named))} memory, but the "
+            f"{_describe(devices)} devices list {', '.join(have) or 'no memory kinds'}: XLA compiled those "
+            "buffers into device memory, so this program shows no offload and no host memory."),
+            stacklevel=3)
 
 
 #: A line of XLA's own log (absl format: severity, date, time, thread, file:line]).

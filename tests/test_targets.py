@@ -477,3 +477,23 @@ def test_with_the_plugin_and_no_driver_jax_starts_only_the_cpu_quietly():
         print(skip_cuda_without_driver(), jax.config.jax_platforms)
     """, JAX_PLATFORMS="cpu")                          # the reader's own choice is kept
     assert r.returncode == 0 and r.stdout.split() == ["None", "cpu"], r.stderr
+
+
+@needs_cuda_plugin
+def test_a_move_to_a_memory_the_target_lacks_is_warned_about():
+    import warnings
+
+    def park(x):
+        return jax.device_put(jax.device_put(x, jax.memory.Space.Host), jax.memory.Space.Device) * 2
+
+    gpu = shardlab.target_mesh("h100-8", (2, 4), ("x", "y"))
+    assert shardlab.memory_kinds(gpu.devices.flat[0]) == ()     # the compile-only GPU lists no kinds
+    with pytest.warns(targets.MemoryKindWarning, match="'pinned_host' memory, but the NVIDIA H100"):
+        prog = shardlab.compile_for(park, sds(gpu, (64, 64), P("x", "y")))
+    assert "S(5)" not in prog.text                              # indeed no host memory in the program
+    with warnings.catch_warnings():                             # no move, no warning
+        warnings.simplefilter("error")
+        shardlab.compile_for(lambda x: x * 2, sds(gpu, (64, 64), P("x", "y")))
+        tpu = shardlab.target_mesh("v5e-8", (2, 4), ("x", "y"))  # a TPU has the memory: no warning
+        prog = shardlab.compile_for(park, sds(tpu, (64, 64), P("x", "y")))
+    assert "S(5)" in prog.text
