@@ -25,7 +25,8 @@ import numpy as np
 
 from shardlab.arguments import positive_int
 
-__all__ = ["Routing", "expert_capacity", "top_k_routing", "dispatch_and_combine", "expert_load"]
+__all__ = ["Routing", "expert_capacity", "router_logits", "top_k_routing", "dispatch_and_combine", "expert_load",
+           "load_balancing_loss", "router_z_loss"]
 
 
 def expert_capacity(tokens: int, experts: int, k: int, capacity_factor) -> int:
@@ -59,6 +60,25 @@ class Routing(NamedTuple):
     gate: object
     slot: object
     kept: object
+
+
+def router_logits(x, w_router):
+    """The router's scores ``x @ w_router``, shape ``(tokens, experts)``, computed and returned in float32.
+
+    Whatever the tokens' dtype, the product accumulates and is returned in float32
+    (``preferred_element_type``): logits rounded to bfloat16's 8 bits of mantissa tie and swap experts that
+    float32 tells apart, and the softmax, the top-k and the gates all read them. (The Switch Transformer
+    computes its router in float32 for this reason; MaxText's ``float32_gate_logits`` does the same.)
+    """
+    import jax.numpy as jnp
+
+    if getattr(x, "ndim", None) != 2 or getattr(w_router, "ndim", None) != 2:
+        raise ValueError(f"router_logits: x must be (tokens, width) and w_router (width, experts), got shapes "
+                         f"{getattr(x, 'shape', None)} and {getattr(w_router, 'shape', None)}")
+    if x.shape[1] != w_router.shape[0]:
+        raise ValueError(f"router_logits: x's width ({x.shape[1]}) must equal w_router's rows "
+                         f"({w_router.shape[0]})")
+    return jnp.dot(x, w_router, preferred_element_type=jnp.float32)
 
 
 def top_k_routing(logits, k: int, capacity: int) -> Routing:
@@ -135,3 +155,42 @@ def expert_load(expert, kept, experts: int) -> tuple[np.ndarray, np.ndarray]:
     kept_per = np.bincount(expert[kept], minlength=experts)
     dropped_per = np.bincount(expert[~kept], minlength=experts)
     return kept_per, dropped_per
+
+
+def load_balancing_loss(logits, expert):
+    """The Switch Transformer's auxiliary loss of one group, ``experts * sum_e f_e * p_e``.
+
+    ``logits``: the router's scores ``(tokens, experts)``; ``expert``: the routing's chosen experts
+    ``(tokens, k)``. ``f_e`` is the fraction of the choices that went to expert ``e`` (counted before the
+    capacity, and carrying no gradient); ``p_e`` the mean router probability of expert ``e`` over the
+    tokens. It is 1 when both are even and grows as they concentrate on the same experts; its gradient
+    reaches the router through ``p_e`` only.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    if getattr(logits, "ndim", None) != 2:
+        raise ValueError(f"load_balancing_loss: logits must have shape (tokens, experts), got shape "
+                         f"{getattr(logits, 'shape', None)}")
+    if getattr(expert, "ndim", None) != 2 or expert.shape[0] != logits.shape[0]:
+        raise ValueError(f"load_balancing_loss: expert must have shape (tokens, k) with {logits.shape[0]} "
+                         f"tokens, got shape {getattr(expert, 'shape', None)}")
+    experts = logits.shape[1]
+    probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+    f = jax.nn.one_hot(expert, experts, dtype=jnp.float32).mean(axis=(0, 1))
+    return experts * jnp.sum(jax.lax.stop_gradient(f) * probs.mean(axis=0))
+
+
+def router_z_loss(logits):
+    """ST-MoE's z-loss of one group: the mean over tokens of ``logsumexp(logits)**2`` (in float32).
+
+    It keeps the logits small, so that the router's softmax stays well within float range and its
+    rounding small.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    if getattr(logits, "ndim", None) != 2:
+        raise ValueError(f"router_z_loss: logits must have shape (tokens, experts), got shape "
+                         f"{getattr(logits, 'shape', None)}")
+    return jnp.mean(jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1) ** 2)

@@ -149,13 +149,19 @@ BATCH_FIRST_AXES = ("layers", "batch", "seq", "kv_heads", "head_dim")
 LAYOUTS = ("heads", "sequence")
 
 
-def decoder_specs(model_axis: str | None = "model", *, split_kv_weights: bool = True) -> dict:
+def decoder_specs(model_axis: str | None = "model", *, split_kv_weights: bool = True,
+                  kv_axis: str | None = None) -> dict:
     """A ``PartitionSpec`` per parameter: tensor parallelism over ``model_axis`` (``None``: replicated).
 
     Attention is split by heads (``wq``, ``wk``, ``wv`` on their head dimension, ``wo`` on its input
     heads), the MLP by hidden units (``w_gate``, ``w_up`` on their output, ``w_down`` on its input), the
     output projection by vocabulary; the embedding and the norms are replicated. ``split_kv_weights=False``
     replicates ``wk`` and ``wv`` (small under GQA), so that ``model_axis`` may exceed the key/value heads.
+
+    ``kv_axis``: a second tensor axis for more chips than key/value heads with each head *replicated*: the
+    key/value heads are split over ``kv_axis`` alone (each kept whole on the ``model_axis`` chips of its
+    group), every other split dimension over ``(kv_axis, model_axis)`` together. With query heads split that
+    way, the query heads of a chip share the key/value head it holds, so attention stays on the chip.
     """
     from jax.sharding import PartitionSpec as P
 
@@ -164,24 +170,40 @@ def decoder_specs(model_axis: str | None = "model", *, split_kv_weights: bool = 
         raise ValueError(f"decoder_specs: model_axis must be a mesh axis name or None, got {m!r}")
     if not isinstance(split_kv_weights, bool):
         raise ValueError(f"decoder_specs: split_kv_weights must be True or False, got {split_kv_weights!r}")
-    kv = P(None, None, m, None) if split_kv_weights else P()
+    if kv_axis is not None:
+        if not isinstance(kv_axis, str) or m is None or kv_axis == m:
+            raise ValueError(f"decoder_specs: kv_axis must be a mesh axis name other than model_axis ({m!r}), "
+                             f"got {kv_axis!r}")
+        if not split_kv_weights:
+            raise ValueError("decoder_specs: kv_axis replicates each key/value head; it needs "
+                             "split_kv_weights=True")
+        kv, m = P(None, None, kv_axis, None), (kv_axis, m)
+    else:
+        kv = P(None, None, m, None) if split_kv_weights else P()
     return {"embed": P(), "ln1": P(), "wq": P(None, None, m, None), "wk": kv, "wv": kv, "wo": P(None, m, None, None), "ln2": P(),
             "w_gate": P(None, None, m), "w_up": P(None, None, m), "w_down": P(None, m, None),
             "ln_f": P(), "unembed": P(None, m)}
 
 
-def cache_specs(layout: str, *, batch_axis: str | None = "data", model_axis: str | None = "model") -> dict:
+def cache_specs(layout: str, *, batch_axis: str | None = "data", model_axis: str | None = "model",
+                kv_axis: str | None = None) -> dict:
     """``PartitionSpec`` of the cache (``CACHE_AXES``) for a layout.
 
     ``"heads"``: key/value heads over ``model_axis`` (each chip keeps the cache of the heads it computes);
     ``"sequence"``: positions over ``model_axis`` (for more chips than key/value heads, or long contexts).
-    The batch is split over ``batch_axis`` either way.
+    The batch is split over ``batch_axis`` either way. ``kv_axis`` (layout ``"heads"`` only): the heads are
+    split over ``kv_axis`` and each replicated over ``model_axis`` (see :func:`decoder_specs`).
     """
     from jax.sharding import PartitionSpec as P
 
     if layout not in LAYOUTS:
         raise ValueError(f"cache_specs: layout must be one of {LAYOUTS}, got {layout!r}")
     b, m = batch_axis, model_axis
+    if kv_axis is not None:
+        if layout != "heads":
+            raise ValueError(f"cache_specs: kv_axis replicates key/value heads; it needs layout 'heads', "
+                             f"got {layout!r}")
+        m = kv_axis
     spec = P(None, None, m, b, None) if layout == "heads" else P(None, m, None, b, None)
     return {"k": spec, "v": spec}
 
@@ -367,13 +389,14 @@ def generate(step, params, cache, prompt, new_tokens: int):
 
 
 def sharded_step(mesh, layout: str, *, batch_axis: str | None = "data", model_axis: str = "model",
-                 donate: bool = True, split_kv_weights: bool = True):
+                 donate: bool = True, split_kv_weights: bool = True, kv_axis: str | None = None):
     """:func:`forward_with_cache` jitted for ``mesh``: weights split by :func:`decoder_specs` (``wk`` and
     ``wv`` replicated where ``split_kv_weights`` is False), the cache
     by :func:`cache_specs` (``layout``), the tokens and logits by ``batch_axis``, the cache donated.
 
     Returns ``(step, param_shardings, cache_shardings)``. With the cache split by sequence, every head's
-    query, key and value is kept on every chip of ``model_axis`` (``heads_sharding``).
+    query, key and value is kept on every chip of ``model_axis`` (``heads_sharding``). ``kv_axis``: each
+    key/value head replicated over ``model_axis`` (:func:`decoder_specs`).
     """
     import functools
 
@@ -383,13 +406,13 @@ def sharded_step(mesh, layout: str, *, batch_axis: str | None = "data", model_ax
     if layout not in LAYOUTS:
         raise ValueError(f"sharded_step: layout must be one of {LAYOUTS}, got {layout!r}")
     names = tuple(getattr(mesh, "axis_names", ()))
-    for name, axis in (("batch_axis", batch_axis), ("model_axis", model_axis)):
+    for name, axis in (("batch_axis", batch_axis), ("model_axis", model_axis), ("kv_axis", kv_axis)):
         if axis is not None and axis not in names:
             raise ValueError(f"sharded_step: {name} must be an axis of the mesh {names}, got {axis!r}")
     shard = lambda tree: jax.tree.map(lambda spec: NamedSharding(mesh, spec), tree,
                                       is_leaf=lambda x: isinstance(x, P))
-    params = shard(decoder_specs(model_axis, split_kv_weights=split_kv_weights))
-    cache = shard(cache_specs(layout, batch_axis=batch_axis, model_axis=model_axis))
+    params = shard(decoder_specs(model_axis, split_kv_weights=split_kv_weights, kv_axis=kv_axis))
+    cache = shard(cache_specs(layout, batch_axis=batch_axis, model_axis=model_axis, kv_axis=kv_axis))
     rows = NamedSharding(mesh, P(batch_axis))
     heads = rows if layout == "sequence" else None
     step = jax.jit(functools.partial(forward_with_cache, heads_sharding=heads),
@@ -400,7 +423,7 @@ def sharded_step(mesh, layout: str, *, batch_axis: str | None = "data", model_ax
 
 def step_arguments(config: DecoderConfig, mesh, layout: str, batch: int, context: int, tokens: int = 1,
                    *, batch_axis: str | None = "data", model_axis: str = "model", dtype=None,
-                   split_kv_weights: bool = True) -> tuple:
+                   split_kv_weights: bool = True, kv_axis: str | None = None) -> tuple:
     """The arguments of a sharded step as ``jax.ShapeDtypeStruct`` (nothing allocated): bfloat16 weights
     and a cache of ``context`` positions for ``batch`` sequences, ``tokens`` new tokens each, a start."""
     import jax
@@ -409,7 +432,7 @@ def step_arguments(config: DecoderConfig, mesh, layout: str, batch: int, context
     _check_config(config)
     tokens = positive_int("step_arguments: tokens", tokens)
     _, param_sh, cache_sh = sharded_step(mesh, layout, batch_axis=batch_axis, model_axis=model_axis,
-                                         split_kv_weights=split_kv_weights)
+                                         split_kv_weights=split_kv_weights, kv_axis=kv_axis)
     place = lambda shapes, shardings: jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), shapes, shardings)
     rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(batch_axis))
@@ -427,7 +450,9 @@ def _read_params(config: DecoderConfig) -> int:
 
 
 def serving_bytes(config: DecoderConfig, batch: int, context: int, *, model_chips: int = 1,
-                  batch_chips: int = 1, itemsize: int = 2, split_kv_weights: bool = True) -> dict:
+                  batch_chips: int = 1, itemsize: int = 2, split_kv_weights: bool = True,
+                  kv_replicas: int = 1, weight_itemsize: int | None = None,
+                  cache_itemsize: int | None = None) -> dict:
     """Bytes one chip reads from HBM in one decode step (modelled): ``{"weights", "cache", "total"}``.
 
     ``batch`` sequences in all, each with ``context`` positions of cache; weights split over
@@ -436,20 +461,39 @@ def serving_bytes(config: DecoderConfig, batch: int, context: int, *, model_chip
     (by heads or by sequence: the same bytes) and over ``batch_chips`` with the batch. ``itemsize``:
     bytes per number (2 for bfloat16); ``split_kv_weights=False``: ``wk`` and ``wv`` are replicated, read
     whole by every chip. Every allocated position of the cache counts: attention reads it all and masks
-    the positions not yet written.
+    the positions not yet written (pass the filled length as ``context`` to model a kernel that reads only
+    that).
+
+    ``kv_replicas``: each key/value head (its ``wk``, ``wv`` and cache) is kept on ``kv_replicas`` of the
+    ``model_chips`` (more chips than key/value heads, :func:`decoder_specs` with ``kv_axis``), so those are
+    split over ``model_chips / kv_replicas`` only. ``weight_itemsize`` and ``cache_itemsize`` (default
+    ``itemsize``): bytes per number of the weights and of the cache apart, e.g. 1 for int8 weights or an
+    int8 cache (their scales, a few bytes per row, not counted).
     """
     _check_config(config)
     batch, context = _batch_seq("serving_bytes", batch, context, "context")
     model_chips = positive_int("serving_bytes: model_chips", model_chips)
     batch_chips = positive_int("serving_bytes: batch_chips", batch_chips)
     itemsize = positive_int("serving_bytes: itemsize", itemsize)
+    kv_replicas = positive_int("serving_bytes: kv_replicas", kv_replicas)
+    if model_chips % kv_replicas:
+        raise ValueError(f"serving_bytes: model_chips ({model_chips}) must be a multiple of kv_replicas "
+                         f"({kv_replicas})")
+    if kv_replicas > 1 and not split_kv_weights:
+        raise ValueError("serving_bytes: kv_replicas needs split_kv_weights=True")
+    w_size = itemsize if weight_itemsize is None else positive_int("serving_bytes: weight_itemsize",
+                                                                   weight_itemsize)
+    c_size = itemsize if cache_itemsize is None else positive_int("serving_bytes: cache_itemsize",
+                                                                  cache_itemsize)
     if batch % batch_chips:
         raise ValueError(f"serving_bytes: batch ({batch}) must be a multiple of batch_chips ({batch_chips})")
     if not isinstance(split_kv_weights, bool):
         raise ValueError(f"serving_bytes: split_kv_weights must be True or False, got {split_kv_weights!r}")
-    kv_weights = 0 if split_kv_weights else 2 * config.layers * config.d_model * config.kv_heads * config.head_dim
-    weights = ((_read_params(config) - kv_weights) / model_chips + kv_weights) * itemsize
-    cache = batch * context * config.kv_bytes_per_token(itemsize) / (model_chips * batch_chips)
+    all_kv = 2 * config.layers * config.d_model * config.kv_heads * config.head_dim
+    kv_weights = 0 if split_kv_weights else all_kv
+    weights = ((_read_params(config) - kv_weights) / model_chips + kv_weights) * w_size
+    weights += (kv_replicas - 1) * all_kv / model_chips * w_size      # the replicated heads' wk, wv
+    cache = batch * context * config.kv_bytes_per_token(c_size) / (model_chips // kv_replicas * batch_chips)
     return {"weights": weights, "cache": cache, "total": weights + cache}
 
 

@@ -152,3 +152,59 @@ def test_expert_load():
         expert_load(expert, kept, 2)
     with pytest.raises(ValueError, match="experts"):
         expert_load(expert, kept, 0)
+
+
+def test_router_logits_are_float32():
+    import jax.numpy as jnp
+
+    from shardlab.experts import router_logits
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 16)).astype(np.float32)
+    w = rng.normal(size=(16, 8)).astype(np.float32)
+    got = router_logits(jnp.asarray(x, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16))
+    assert got.dtype == jnp.float32
+    xb = np.asarray(jnp.asarray(x, jnp.bfloat16), np.float64)
+    wb = np.asarray(jnp.asarray(w, jnp.bfloat16), np.float64)
+    want = xb @ wb                              # the bfloat16 inputs' exact product
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(got, want, atol=1e-5 * scale, rtol=0)
+    # the bfloat16 product, rounded, is further off than that: the other side of the tolerance
+    rounded = np.asarray((jnp.asarray(x, jnp.bfloat16) @ jnp.asarray(w, jnp.bfloat16)), np.float64)
+    assert np.abs(rounded - want).max() > 1e-5 * scale
+    for bad, name in [((x[0], w), "x"), ((x, w[:4]), "width")]:
+        with pytest.raises(ValueError, match=name):
+            router_logits(*bad)
+
+
+def test_load_balancing_and_z_losses():
+    import jax
+
+    from shardlab.experts import load_balancing_loss, router_z_loss
+
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(20, 4)).astype(np.float32)
+    expert = np.argsort(-logits, axis=-1)[:, :2]
+    # by hand: E * sum_e f_e * p_e, f over all k choices
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    f = np.bincount(expert.ravel(), minlength=4) / expert.size
+    want = 4 * np.sum(f * probs.mean(0))
+    assert float(load_balancing_loss(logits, expert)) == pytest.approx(want, rel=1e-5)
+    assert float(load_balancing_loss(logits, expert)) != pytest.approx(want / 4, rel=1e-5)
+    # even: 1
+    even = np.zeros((8, 4), np.float32)
+    assert float(load_balancing_loss(even, np.arange(8).reshape(4, 2).repeat(2, 0) % 4)) == pytest.approx(1.0)
+    # its gradient reaches the logits through p only: d/dlogits of E * sum_e f_e p_e
+    grad = jax.grad(lambda l: load_balancing_loss(l, expert))(logits)
+    dp = 4 * f / logits.shape[0]                                      # d loss / d probs[t, e]
+    want_grad = probs * (dp - (probs * dp).sum(-1, keepdims=True))    # through the softmax
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-7)
+    # z-loss: mean of logsumexp squared
+    lse = np.log(np.exp(logits.astype(np.float64)).sum(-1))
+    assert float(router_z_loss(logits)) == pytest.approx(np.mean(lse ** 2), rel=1e-5)
+    assert float(router_z_loss(logits)) != pytest.approx(np.mean(lse) ** 2, rel=1e-5)
+    with pytest.raises(ValueError, match="logits"):
+        router_z_loss(logits[0])
+    with pytest.raises(ValueError, match="expert"):
+        load_balancing_loss(logits, expert[:3])

@@ -240,3 +240,60 @@ def test_generate_refuses_a_sequence_longer_than_the_cache():
         serving.generate(step, params, serving.empty_cache(CONFIG, 1), _prompt(1, 30), 4)
     with pytest.raises(ValueError, match="prompt"):
         serving.generate(step, params, serving.empty_cache(CONFIG, 1), jnp.zeros((1, 3)), 4)
+
+
+def test_replicated_kv_heads_equal_one_device():
+    # 8 chips per copy for 4 key/value heads, each head kept on 2 chips: (data, kv, model) = (1, 4, 2)
+    params = serving.init_decoder(CONFIG, 6)
+    prompt = _prompt(4, 5, 3)
+    one = jax.jit(serving.forward_with_cache, donate_argnums=1)
+    want, want_logits, _ = serving.generate(one, params, serving.empty_cache(CONFIG, 4), prompt, 6)
+    mesh = jax.make_mesh((1, 4, 2), ("data", "kv", "model"), devices=DEVICES,
+                         axis_types=(AxisType.Auto,) * 3)
+    step, param_sh, cache_sh = serving.sharded_step(mesh, "heads", kv_axis="kv")
+    assert param_sh["wk"].spec == P(None, None, "kv", None)
+    assert param_sh["wq"].spec == P(None, None, ("kv", "model"), None)
+    assert cache_sh["k"].spec == P(None, None, "kv", "data", None)
+    got, got_logits, cache = serving.generate(step, jax.device_put(params, param_sh),
+                                              serving.empty_cache(CONFIG, 4, sharding=cache_sh), prompt, 6)
+    assert (np.asarray(got) == np.asarray(want)).all()
+    scale = float(jnp.abs(want_logits).max())
+    np.testing.assert_allclose(got_logits, want_logits, rtol=0, atol=1e-5 * scale)
+    # each chip holds a quarter of the cache: every head twice over the 8 chips
+    assert cache["k"].addressable_shards[0].data.size * 4 == cache["k"].size
+    # and the bytes it reads, by the formula, are those of its shards
+    args = serving.step_arguments(CONFIG, mesh, "heads", batch=4, context=CONFIG.max_seq, kv_axis="kv")
+    shard = lambda s: math.prod(s.sharding.shard_shape(s.shape)) * s.dtype.itemsize
+    got_bytes = serving.serving_bytes(CONFIG, 4, CONFIG.max_seq, model_chips=8, kv_replicas=2)
+    assert got_bytes["cache"] == sum(shard(s) for s in args[1].values())
+    wkv = sum(shard(args[0][name]) for name in ("wk", "wv"))
+    plain = serving.serving_bytes(CONFIG, 4, CONFIG.max_seq, model_chips=8)["weights"]
+    assert got_bytes["weights"] == pytest.approx(plain + wkv / 2, rel=1e-9)     # wk, wv read twice as much
+    assert got_bytes["weights"] != pytest.approx(plain, rel=1e-3)
+
+
+def test_itemsizes_of_weights_and_cache_apart():
+    both = serving.serving_bytes(LLAMA_8B_LIKE, 64, 8192, model_chips=8)
+    int8 = serving.serving_bytes(LLAMA_8B_LIKE, 64, 8192, model_chips=8, itemsize=1)
+    w8 = serving.serving_bytes(LLAMA_8B_LIKE, 64, 8192, model_chips=8, weight_itemsize=1)
+    c8 = serving.serving_bytes(LLAMA_8B_LIKE, 64, 8192, model_chips=8, cache_itemsize=1)
+    assert w8["weights"] == int8["weights"] == both["weights"] / 2 and w8["cache"] == both["cache"]
+    assert c8["cache"] == int8["cache"] == both["cache"] / 2 and c8["weights"] == both["weights"]
+    # by hand: 128 KiB of bfloat16 cache per token, 64 sequences x 8192 positions over 8 chips
+    assert c8["cache"] == 64 * 8192 * 64 * 1024 / 8
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: serving.serving_bytes(CONFIG, 4, 8, model_chips=8, kv_replicas=3), "kv_replicas"),
+    (lambda: serving.serving_bytes(CONFIG, 4, 8, model_chips=8, kv_replicas=2, split_kv_weights=False),
+     "kv_replicas"),
+    (lambda: serving.serving_bytes(CONFIG, 4, 8, weight_itemsize=0), "weight_itemsize"),
+    (lambda: serving.serving_bytes(CONFIG, 4, 8, cache_itemsize=1.5), "cache_itemsize"),
+    (lambda: serving.decoder_specs("model", kv_axis="model"), "kv_axis"),
+    (lambda: serving.decoder_specs("model", kv_axis="kv", split_kv_weights=False), "kv_axis"),
+    (lambda: serving.cache_specs("sequence", kv_axis="kv"), "kv_axis"),
+    (lambda: serving.sharded_step(_mesh((2, 4)), "heads", kv_axis="kv"), "kv_axis"),
+])
+def test_kv_replication_arguments_are_named(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
