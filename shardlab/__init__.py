@@ -33,12 +33,14 @@ from shardlab.memory import has_memory_kind, memory_kinds, memory_placements, mi
 from shardlab.processes import ProcessesFailed, ProcessesTimedOut, ProcessResult, free_port, run_processes
 from shardlab.strategies import (STRATEGIES, MLPSizes, Transfer, compute_bound_from, mlp_bytes, mlp_memory,
                                  mlp_pass_flops, mlp_transfers, phase_of, step_times)
-from shardlab.overlap import AsyncWindow, ScheduledOp, async_windows, ring_matmul_time, scheduled_order
+from shardlab.overlap import (AsyncWindow, ScheduledOp, async_windows, loop_bodies, ring_matmul_time,
+                              scheduled_order, windowed_loops)
 from shardlab.pipeline import (Schedule, bubble_fraction, bubble_model, circular_schedule, draw_schedule,
                                gpipe_schedule, in_flight, one_f_one_b_schedule, zero_bubble_schedule)
 from shardlab.backward import (LoopedCollective, StepCollectives, Transpose, TransposeTable, collectives_per_step,
                                split_microbatches, transpose_table, transposed_collectives)
-from shardlab.experts import Routing, dispatch_and_combine, expert_capacity, expert_load, top_k_routing
+from shardlab.experts import (Routing, dispatch_and_combine, expert_capacity, expert_load,
+                               load_balancing_loss, router_logits, router_z_loss, top_k_routing)
 from shardlab.attention import (block_kinds, causal_work, kv_block_at, longest_sequence, ring_attention_comm,
                                 ring_attention_memory, token_positions)
 from shardlab.transformer import (TransformerConfig, mesh_factorisations, model_flops, model_flops_utilisation,
@@ -83,7 +85,8 @@ __all__ = [
     "STRATEGIES", "MLPSizes", "Transfer", "mlp_transfers", "mlp_bytes", "mlp_memory", "phase_of",
     "mlp_pass_flops", "step_times", "compute_bound_from",
     # hiding communication behind compute: the schedule read, the ring matmul modelled
-    "scheduled_order", "async_windows", "ScheduledOp", "AsyncWindow", "ring_matmul_time",
+    "scheduled_order", "async_windows", "ScheduledOp", "AsyncWindow", "ring_matmul_time", "loop_bodies",
+    "windowed_loops",
     # pipeline schedules: which microbatch each stage works on, the bubble, the picture
     "Schedule", "gpipe_schedule", "one_f_one_b_schedule", "circular_schedule", "bubble_fraction", "bubble_model",
     "in_flight", "draw_schedule", "zero_bubble_schedule",
@@ -92,6 +95,7 @@ __all__ = [
     "StepCollectives", "LoopedCollective", "split_microbatches",
     # experts: top-k routing with a capacity per expert, the dispatch and combine tensors, the load
     "expert_capacity", "top_k_routing", "Routing", "dispatch_and_combine", "expert_load",
+    "router_logits", "load_balancing_loss", "router_z_loss",
     # sequence parallelism: ring attention's blocks, causal work, memory and sends modelled
     "kv_block_at", "token_positions", "causal_work", "block_kinds", "ring_attention_memory",
     "ring_attention_comm", "longest_sequence",

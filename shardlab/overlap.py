@@ -97,7 +97,7 @@ def _computations(text: str) -> tuple[dict, str | None]:
                 if line.lstrip().startswith("ENTRY"):
                     entry = current
             continue
-        if line.strip() == "}":
+        if line.strip().startswith("}"):    # "}" or, on XLA:GPU's side threads, '}, execution_thread=...'
             current = None
             continue
         bodies[current].append(line)
@@ -179,6 +179,10 @@ def _classify(instr, bodies: dict) -> tuple[str, str]:
             return op.split("-")[1], inner
     if op in _PRODUCTS:
         return "product", ""
+    if op == "fusion-start":                                # XLA:GPU: a fusion launched on another stream
+        called = re.search(r"calls=%?([\w.\-]+)", instr.attrs)
+        if called and _holds_product(called.group(1), bodies, set()):
+            return "product", ""
     if op == "fusion":
         called = re.search(r"calls=%?([\w.\-]+)", instr.attrs)
         if called:
@@ -278,6 +282,35 @@ def async_windows(compiled, computation: str | None = None) -> list[AsyncWindow]
     return windows
 
 
+def loop_bodies(compiled, computation: str | None = None) -> list[str]:
+    """The bodies of the ``while`` loops one computation runs, by name, in the order of its schedule.
+
+    Arguments as for :func:`scheduled_order` (default: the entry computation). Each name can be given
+    back to :func:`scheduled_order` and :func:`async_windows` as ``computation`` to read the loop's body:
+    a ``lax.scan`` over layers, or the loop XLA writes for a windowed einsum.
+    """
+    bodies = []
+    for op in scheduled_order(compiled, computation):
+        if op.kind == "loop":
+            found = re.search(r"body=%?([\w.\-]+)", op.line)
+            if found:
+                bodies.append(found.group(1))
+    return bodies
+
+
+def windowed_loops(compiled, computation: str | None = None) -> list[str]:
+    """The loops of one computation whose body overlaps a collective-permute with a product.
+
+    That is how a windowed einsum (XLA's own collective matmul) reads in a compiled program: a ``while``
+    loop whose body starts collective-permutes, runs products, and waits for the sends after them.
+    Returns the bodies' names (:func:`loop_bodies`) that hold at least one such window; an empty list
+    where the compiler wrote the plain form (a collective, then the product) or the windows are empty.
+    """
+    return [body for body in loop_bodies(compiled, computation)
+            if any(win.collective == "collective-permute" and win.overlapped
+                   for win in async_windows(compiled, body))]
+
+
 def ring_matmul_time(rows: int, contract: int, cols: int, devices: int, chip, *, network,
                      dtype_bytes: int = 2, bidirectional: bool = False,
                      hop_latency: float = ICI_HOP_LATENCY) -> dict:
@@ -339,4 +372,5 @@ def ring_matmul_time(rows: int, contract: int, cols: int, devices: int, chip, *,
             "faster": "ring" if overlapped < plain else "plain", "bound": step["bound"]}
 
 
-__all__ = ["ScheduledOp", "AsyncWindow", "scheduled_order", "async_windows", "ring_matmul_time"]
+__all__ = ["ScheduledOp", "AsyncWindow", "scheduled_order", "async_windows", "loop_bodies", "windowed_loops",
+           "ring_matmul_time"]

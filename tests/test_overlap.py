@@ -388,3 +388,68 @@ def test_xla_tpu_async_collective_fusion_read_in_a_compiled_program():
     ops = {op.name: op for op in scheduled_order(text)}
     assert [ops[p].kind for p in window.products] == ["product"]
     assert ops[window.start].position < ops[window.products[0]].position < ops[window.done].position
+
+
+def _permute_loop(product_between: bool) -> str:
+    """LOOP_HLO with its body's all-gather replaced by a collective-permute, the dot inside its window or after."""
+    body = """%body (t: (bf16[4,8], bf16[8,8])) -> (bf16[4,8], bf16[8,8]) {
+  %t = (bf16[4,8]{1,0}, bf16[8,8]{1,0}) parameter(0)
+  %a = bf16[4,8]{1,0} get-tuple-element(%t), index=0
+  %b = bf16[8,8]{1,0} get-tuple-element(%t), index=1
+  %collective-permute-start = (bf16[4,8]{1,0}, bf16[4,8]{1,0}, u32[], u32[]) collective-permute-start(%a), channel_id=5, source_target_pairs={{0,1},{1,0}}
+  DOT_BEFORE
+  %collective-permute-done = bf16[4,8]{1,0} collective-permute-done(%collective-permute-start)
+  DOT_AFTER
+  ROOT %r = (bf16[4,8]{1,0}, bf16[8,8]{1,0}) tuple(%dot.3, %collective-permute-done)
+}
+"""
+    dot = "%dot.3 = bf16[4,8]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+    body = body.replace("DOT_BEFORE", dot if product_between else "").replace(
+        "DOT_AFTER", "" if product_between else dot)
+    start = LOOP_HLO.index("%body (")
+    end = LOOP_HLO.index("%cond (")
+    text = LOOP_HLO[:start] + body + "\n" + LOOP_HLO[end:]
+    # the async all-gather's computation is no longer called: drop it, as XLA would
+    start, end = text.index("%ag_computation"), text.index("%body (")
+    return text[:start] + text[end:]
+
+
+@pytest.mark.parametrize("product_between", [True, False])
+def test_loop_bodies_and_windowed_loops(product_between):
+    from shardlab.overlap import loop_bodies, windowed_loops
+
+    hlo = _permute_loop(product_between)
+    xla_accepts(hlo)
+    assert loop_bodies(hlo) == ["body"]
+    # counted independently: the body's order as written in the text above
+    order = [op.kind for op in scheduled_order(hlo, "body") if op.kind != "other"]
+    assert order == (["start", "product", "done"] if product_between else ["start", "done", "product"])
+    assert windowed_loops(hlo) == (["body"] if product_between else [])
+    # an all-gather window in a loop is not a windowed einsum's collective-permute
+    assert loop_bodies(LOOP_HLO) == ["body"] and windowed_loops(LOOP_HLO) == []
+    assert loop_bodies(HLO) == [] and windowed_loops(HLO) == []
+    with pytest.raises(ValueError, match="computation"):
+        loop_bodies(hlo, "no_such")
+
+
+def test_xla_gpu_side_thread_computations_and_fusion_starts():
+    from shardlab.overlap import windowed_loops
+
+    # XLA:GPU closes a computation run on another stream with '}, execution_thread="parallel"' and launches
+    # its product there with a fusion-start: the loop's body must still be found, the product still read.
+    hlo = _permute_loop(True).replace(
+        "%cond (", '%prod (p: bf16[4,8], q: bf16[8,8]) -> bf16[4,8] {\n'
+        '  %p = bf16[4,8]{1,0} parameter(0)\n  %q = bf16[8,8]{1,0} parameter(1)\n'
+        '  ROOT %dot.9 = bf16[4,8]{1,0} dot(%p, %q), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n'
+        '}, execution_thread="parallel"\n\n%cond (')
+    hlo = hlo.replace("%dot.3 = bf16[4,8]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+                      "%dot.3 = ((bf16[4,8]{1,0}, bf16[8,8]{1,0}), bf16[4,8]{1,0}) fusion-start(%a, %b), "
+                      "kind=kCustom, calls=%prod")
+    kinds = [op.kind for op in scheduled_order(hlo, "body") if op.kind != "other"]
+    assert kinds == ["start", "product", "done"]
+    assert windowed_loops(hlo) == ["body"]
+    # a fusion-start of work without a product is not a product
+    plain = hlo.replace("ROOT %dot.9 = bf16[4,8]{1,0} dot(%p, %q), lhs_contracting_dims={1}, "
+                        "rhs_contracting_dims={0}", "ROOT %dot.9 = bf16[4,8]{1,0} add(%p, %p)")
+    assert [op.kind for op in scheduled_order(plain, "body") if op.kind != "other"] == ["start", "done"]
+    assert windowed_loops(plain) == []
