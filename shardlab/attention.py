@@ -95,7 +95,8 @@ def _sizes(seq_len, ring, heads, head_dim, dtype_bytes):
 
 
 def ring_attention_memory(seq_len: int, ring: int, *, heads: int, head_dim: int, dtype_bytes: int = 2,
-                          key_tile: int | None = None, query_tile: int | None = None) -> dict:
+                          key_tile: int | None = None, query_tile: int | None = None,
+                          score_blocks: int = 1) -> dict:
     """Modelled bytes one device holds for one attention layer of ring attention, forward pass only.
 
     Counted, with ``c = seq_len / ring`` tokens per device and ``e = heads * head_dim``:
@@ -106,23 +107,26 @@ def ring_attention_memory(seq_len: int, ring: int, *, heads: int, head_dim: int,
     that walks the block in tiles of keys) and ``r = query_tile`` (one that also takes the queries a tile
     at a time, as flash-attention kernels do); ``"softmax state"``: running max, sum and output
     accumulator in float32, ``c * heads * (2 + head_dim)``. Weights, other layers and what the backward
-    pass keeps are not counted. ``ring=1`` is attention on one device. Returns the components and their
-    ``"total"``, in bytes.
+    pass keeps are not counted, except through ``score_blocks``: how many such blocks of scores are alive
+    at once (1 forward; a training step whose ring steps are checkpointed holds a few more, which a
+    compiled program's peak tells). ``ring=1`` is attention on one device. Returns the components and
+    their ``"total"``, in bytes.
     """
     c, heads, head_dim, nbytes = _sizes(seq_len, ring, heads, head_dim, dtype_bytes)
     tile = c if key_tile is None else min(_positive_int("key_tile", key_tile), c)
     rows = c if query_tile is None else min(_positive_int("query_tile", query_tile), c)
+    blocks = _positive_int("score_blocks", score_blocks)
     e = heads * head_dim
     parts = {"q, k, v, out": 4 * c * e * nbytes,
              "k, v arriving": 2 * c * e * nbytes if ring > 1 else 0,
-             "scores": heads * rows * tile * 4,
+             "scores": blocks * heads * rows * tile * 4,
              "softmax state": c * heads * (2 + head_dim) * 4}
     parts["total"] = sum(parts.values())
     return parts
 
 
 def ring_attention_comm(seq_len: int, ring: int, *, heads: int, head_dim: int, dtype_bytes: int = 2,
-                        chip: Chip | str = "TPU v5e", links: int = 1) -> dict:
+                        chip: Chip | str = "TPU v5e", links: int = 1, kv_heads: int | None = None) -> dict:
     """Modelled sending and computing of one ring step on one device, and of the whole ring.
 
     A step sends one key and one value block to the next device, ``2 c e dtype_bytes`` bytes
@@ -130,25 +134,30 @@ def ring_attention_comm(seq_len: int, ring: int, *, heads: int, head_dim: int, d
     ``4 c^2 e`` flops (``q k^T`` and ``p v``, causality ignored). The ring has ``ring - 1`` sends and
     ``ring`` steps of compute. ``"time"`` is :func:`shardlab.step_time` of one step on ``chip``;
     ``"tokens_to_hide"`` is the number of tokens per device above which, by this model, a step's
-    compute takes at least as long as its send.
+    compute takes at least as long as its send. ``kv_heads`` (grouped-query attention; default ``heads``)
+    divides the bytes sent by ``heads / kv_heads``, and the crossing with them.
     """
     c, heads, head_dim, nbytes = _sizes(seq_len, ring, heads, head_dim, dtype_bytes)
+    kv = heads if kv_heads is None else _positive_int("kv_heads", kv_heads)
+    if heads % kv:
+        raise ValueError(f"kv_heads must divide heads ({heads}), got {kv}")
     chip = _chip(chip)
     e = heads * head_dim
-    sent = 2 * c * e * nbytes
+    sent = 2 * c * kv * head_dim * nbytes
     flops = 4 * c * c * e
     return {"tokens_per_device": c, "bytes_per_step": sent, "sends": ring - 1,
             "bytes_total": sent * (ring - 1), "flops_per_step": flops,
             "time": step_time(flops, sent, chip, links=links),
-            "tokens_to_hide": float(Fraction(nbytes) * Fraction(chip.peak_flops)
+            "tokens_to_hide": float(Fraction(nbytes * kv, heads) * Fraction(chip.peak_flops)
                                     / (2 * links * Fraction(chip.link_bandwidth)))}
 
 
 def longest_sequence(ring: int, hbm_bytes: float, *, heads: int, head_dim: int, dtype_bytes: int = 2,
                      key_tile: int | None = None, query_tile: int | None = None,
-                     multiple: int = 1024) -> int:
-    """The longest sequence, a multiple of ``multiple * ring`` tokens, whose modelled forward-pass memory
-    (:func:`ring_attention_memory`, ``"total"``) fits in ``hbm_bytes`` on each device; 0 if none does."""
+                     multiple: int = 1024, score_blocks: int = 1) -> int:
+    """The longest sequence, a multiple of ``multiple * ring`` tokens, whose modelled memory
+    (:func:`ring_attention_memory`, ``"total"``, with ``score_blocks`` blocks of scores alive: 1 is the
+    forward pass) fits in ``hbm_bytes`` on each device; 0 if none does."""
     ring, multiple = _positive_int("ring", ring), _positive_int("multiple", multiple)
     if isinstance(hbm_bytes, bool) or not isinstance(hbm_bytes, (int, float, np.integer, np.floating)) \
             or not hbm_bytes > 0:
@@ -157,7 +166,8 @@ def longest_sequence(ring: int, hbm_bytes: float, *, heads: int, head_dim: int, 
 
     def fits(k):
         return ring_attention_memory(k * unit, ring, heads=heads, head_dim=head_dim, dtype_bytes=dtype_bytes,
-                                     key_tile=key_tile, query_tile=query_tile)["total"] <= hbm_bytes
+                                     key_tile=key_tile, query_tile=query_tile,
+                                     score_blocks=score_blocks)["total"] <= hbm_bytes
 
     if not fits(1):
         return 0

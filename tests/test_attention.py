@@ -123,3 +123,31 @@ def test_striped_order_and_its_causal_work_counted_by_hand():
     assert (work > 0).all()
     assert np.ptp(work, axis=1).max() == pytest.approx(3 / 9, rel=1e-12)
     np.testing.assert_allclose(work.sum(), causal_work(4, 3, "contiguous").sum(), rtol=1e-12)
+
+
+def test_score_blocks_multiply_the_scores_only_and_shorten_the_limit():
+    one = ring_attention_memory(1024, 4, heads=2, head_dim=8)
+    four = ring_attention_memory(1024, 4, heads=2, head_dim=8, score_blocks=4)
+    c = 256
+    assert four["scores"] == 4 * 2 * c * c * 4                        # hand count: four (c, c) blocks per head
+    assert four["total"] - four["scores"] == one["total"] - one["scores"]
+    hbm = 16e9
+    fit = dict(heads=32, head_dim=128)
+    longest = longest_sequence(8, hbm, score_blocks=4, **fit)
+    assert ring_attention_memory(longest, 8, score_blocks=4, **fit)["total"] <= hbm
+    assert ring_attention_memory(longest + 8 * 1024, 8, score_blocks=4, **fit)["total"] > hbm
+    assert longest < longest_sequence(8, hbm, **fit)
+    with pytest.raises(ValueError, match="score_blocks"):
+        ring_attention_memory(1024, 4, heads=2, head_dim=8, score_blocks=0)
+
+
+def test_kv_heads_divide_the_bytes_sent_and_the_crossing():
+    chip = CHIPS["TPU v5e"]
+    full = ring_attention_comm(8 * 4096, 8, heads=8, head_dim=32, chip=chip)
+    gqa = ring_attention_comm(8 * 4096, 8, heads=8, head_dim=32, chip=chip, kv_heads=2)
+    assert gqa["bytes_per_step"] == 2 * 4096 * 2 * 32 * 2            # hand count: K and V of 2 heads, bf16
+    assert gqa["bytes_per_step"] * 4 == full["bytes_per_step"]
+    assert gqa["flops_per_step"] == full["flops_per_step"]
+    assert gqa["tokens_to_hide"] == pytest.approx(full["tokens_to_hide"] / 4, rel=1e-12)
+    with pytest.raises(ValueError, match="kv_heads"):
+        ring_attention_comm(64, 8, heads=8, head_dim=1, kv_heads=3)
