@@ -28,7 +28,8 @@ directly grounded in the collected profile; all other lines are derived lines"):
   rendezvous to complete.
 
 Then :func:`time_breakdown` splits a step per device into compute, collectives, waits and idle time,
-:func:`op_totals` ranks the ops, :func:`hlo_sources` reads a compiled program's text back to each
+:func:`op_totals` ranks the ops, :func:`collective_overlap` measures how much of each collective's window
+compute covers (hidden or exposed), :func:`hlo_sources` reads a compiled program's text back to each
 instruction's ``op_name`` (the ``jax.named_scope`` path) and source line, and :func:`draw_timeline`
 draws one step, one row per device. Everything here is *measured* on the machine that ran the trace.
 
@@ -39,13 +40,18 @@ published schema (github.com/google/pprof, ``proto/profile.proto``), declared he
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import os
 import re
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["DeviceOp", "Wait", "Trace", "trace_file", "read_trace", "op_kind", "time_breakdown", "op_totals",
+           "CollectiveWindow", "collective_overlap", "quiet_native_logs",
            "InstructionSource", "hlo_sources", "scope_of", "draw_timeline", "MemorySample", "read_memory_profile"]
 
 #: Substrings that make an op a collective (XLA's opcode names, also inside async ``-start``/``-done``).
@@ -373,6 +379,97 @@ def op_totals(trace: Trace, steps=None) -> list[tuple[str, str, int, float]]:
             runs, total = totals.get(op.name, (0, 0.0))
             totals[op.name] = (runs + 1, total + op.duration)
     return sorted(((n, op_kind(n), r, t) for n, (r, t) in totals.items()), key=lambda row: -row[3])
+
+
+_ASYNC = re.compile(r"^(?P<base>.+)-(?P<role>start|done)(?P<n>\.\d+)?$")
+
+
+@dataclass(frozen=True)
+class CollectiveWindow:
+    """One collective on one device in one step: its window (microseconds) and how much of it the same
+    device spent in compute ops. ``name`` is the collective's (``all-gather-start.1`` and its ``-done``
+    form one window, ``all-gather-start.1``; a synchronous collective is its own window)."""
+
+    device: int
+    name: str
+    start: float
+    span: float
+    covered: float
+
+    @property
+    def hidden(self) -> float:
+        """The share of the window covered by compute: 1 hidden, 0 exposed."""
+        return self.covered / self.span if self.span > 0 else 0.0
+
+    @property
+    def exposed(self) -> float:
+        """Microseconds of the window with no compute on the device."""
+        return self.span - self.covered
+
+
+def collective_overlap(trace: Trace, step: int) -> list:
+    """Is each collective of ``step`` hidden? One :class:`CollectiveWindow` per collective and device.
+
+    A window runs from an asynchronous collective's ``-start`` op to the end of its ``-done`` op (paired in
+    time order, as XProf's async-overlap analysis pairs them), or is a synchronous collective's own span.
+    ``covered`` is the time in it that the same device spent in compute ops (the union, less the start and
+    done ops themselves): the same measure as XProf's ``xprof.cli.internal.async_overlap.analyze``, read
+    from the trace JSON rather than the ``.xplane.pb``. Sorted by device, then start.
+    """
+    if not isinstance(trace, Trace):
+        raise ValueError(f"collective_overlap: trace must be a Trace (read_trace), got {type(trace).__name__}")
+    out = []
+    for d in trace.devices:
+        ops = trace.ops_in(step, d)
+        compute = sorted((o.start, o.end) for o in ops
+                         if o.kind == "compute" and not _ASYNC.match(o.name))
+        windows, open_starts = [], {}
+        for o in ops:
+            if o.kind != "collective":
+                continue
+            m = _ASYNC.match(o.name)
+            if m is None:
+                windows.append((o.name, o.start, o.end))
+                continue
+            key = m["base"] + (m["n"] or "")
+            if m["role"] == "start":
+                open_starts.setdefault(key, []).append(o)
+            elif open_starts.get(key):
+                first = open_starts[key].pop(0)
+                windows.append((f"{m['base']}-start{m['n'] or ''}", first.start, o.end))
+        for name, lo, hi in windows:
+            covered = _union([(max(a, lo), min(b, hi)) for a, b in compute if b > lo and a < hi])
+            out.append(CollectiveWindow(d, name, lo, hi - lo, covered))
+    return sorted(out, key=lambda w: (w.device, w.start))
+
+
+_NATIVE_LOG = re.compile(r"^[IWE]\d{4} [\d:. ]+\d+ \S+:\d+\]|^WARNING: (All log messages before absl|"
+                         r"Logging before InitGoogle)|^\s*$")
+
+
+@contextlib.contextmanager
+def quiet_native_logs():
+    """Run the block with file descriptor 2 captured and pass on every line but the C++ libraries' log
+    lines (``I0000 00:00:... file.cc:12] ...``: XProf's converters and the profiler server log each step
+    they take). Exceptions still propagate; other lines reach ``sys.stderr``."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):      # no descriptor 2 to capture: nothing to hide
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().decode(errors="replace").splitlines()
+                    if not _NATIVE_LOG.search(line)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -567,7 +567,7 @@ def step_traffic(program, mesh, *, slice_shape=None) -> tuple[list, dict]:
 
 
 def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP_LATENCY,
-                  axes_at_once: bool = True) -> dict:
+                  axes_at_once: bool = True, hbm_bytes=None) -> dict:
     """Modelled time of a step on one chip: compute, communication per axis, overlapped, serial, bound.
 
     ``flops``: floating-point operations one chip performs; ``traffic``: :class:`Traffic` items (or
@@ -583,6 +583,13 @@ def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP
     Collectives on different axes overlap each other (``comm`` is the longest axis's); with
     ``axes_at_once=False`` they run one after another and ``comm`` (and ``latency``) is the sum over the
     axes: XLA:GPU normally issues its asynchronous collectives one at a time, on one collective stream.
+
+    ``hbm_bytes`` (bytes one chip reads and writes in its memory, e.g. ``bytes_accessed`` of
+    :func:`~shardlab.compile_for`'s program, XLA's ``cost_analysis()``) adds memory traffic: the result gains
+    ``"memory": hbm_bytes / hbm_bandwidth`` and ``"local": max(compute, memory)`` (the chip streams while it
+    multiplies, as :func:`shardlab.serving.serving_time` models it), and ``overlapped``, ``serial`` and
+    ``bound`` use ``local`` in place of ``compute`` (``bound`` may then be ``"memory"``). Without it the result
+    is as above. Either way the model leaves out per-op overheads and kernel efficiency.
     See the module docstring for every assumption.
     """
     chip = _chip(chip)
@@ -598,6 +605,10 @@ def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP
         raise ValueError(f"modelled_time: traffic must be a list of Traffic, got {traffic!r}")
     if not isinstance(axes_at_once, bool):
         raise ValueError(f"modelled_time: axes_at_once must be True or False, got {axes_at_once!r}")
+    if hbm_bytes is not None and (isinstance(hbm_bytes, bool) or not isinstance(
+            hbm_bytes, (int, float, np.integer, np.floating)) or not hbm_bytes >= 0):
+        raise ValueError(f"modelled_time: hbm_bytes must be None or a non-negative number of bytes, "
+                         f"got {hbm_bytes!r}")
     items = [t if isinstance(t, Traffic) else Traffic(*t) for t in traffic]
     bandwidth, latency = {}, {}
     for t in items:
@@ -624,24 +635,34 @@ def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP
     waiting = latency[slowest] if by_axis else 0.0
     if not axes_at_once:
         comm, waiting = sum(by_axis.values()), sum(latency.values())
-    return {"compute": compute, "comm": comm, "latency": waiting,
-            "by_axis": by_axis, "overlapped": max(compute, comm), "serial": compute + comm,
-            "bound": "communication" if comm > compute else "compute"}
+    if hbm_bytes is None:
+        return {"compute": compute, "comm": comm, "latency": waiting,
+                "by_axis": by_axis, "overlapped": max(compute, comm), "serial": compute + comm,
+                "bound": "communication" if comm > compute else "compute"}
+    memory = float(hbm_bytes) / chip.hbm_bandwidth
+    local = max(compute, memory)
+    terms = {"memory": memory, "compute": compute, "communication": comm}
+    return {"compute": compute, "memory": memory, "local": local, "comm": comm, "latency": waiting,
+            "by_axis": by_axis, "overlapped": max(local, comm), "serial": local + comm,
+            "bound": max(terms, key=terms.get)}
 
 
-def modelled_passes(passes: dict, chip, network, *, hop_latency: float = ICI_HOP_LATENCY) -> dict:
+def modelled_passes(passes: dict, chip, network, *, hop_latency: float = ICI_HOP_LATENCY,
+                    axes_at_once: bool = True) -> dict:
     """:func:`modelled_time` pass by pass: ``passes`` is ``{name: (flops, traffic)}`` (e.g. forward, backward).
 
     A pass's communication hides only behind that pass's arithmetic. Returns ``{name: modelled_time(...)
     for each pass, "compute": sum, "comm": sum, "time": sum of each pass's overlapped time, "serial":
     sum of each pass's serial time, "bound": "communication" if any pass communicates for longer than
-    it computes, else "compute"}``, in seconds.
+    it computes, else "compute"}``, in seconds. ``axes_at_once`` is passed on to :func:`modelled_time`
+    (``False``: within a pass, the collectives of different axes run one after another).
     """
     if not isinstance(passes, dict) or not passes or not all(
             isinstance(v, (tuple, list)) and len(v) == 2 for v in passes.values()):
         raise ValueError(f"modelled_passes: passes must be a non-empty dict {{name: (flops, traffic)}}, "
                          f"got {passes!r}")
-    out: dict = {name: modelled_time(flops, traffic, chip, network, hop_latency=hop_latency)
+    out: dict = {name: modelled_time(flops, traffic, chip, network, hop_latency=hop_latency,
+                                     axes_at_once=axes_at_once)
                  for name, (flops, traffic) in passes.items()}
     rows = [out[name] for name in passes]
     out["compute"] = sum(r["compute"] for r in rows)

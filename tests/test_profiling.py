@@ -15,8 +15,9 @@ import pytest  # noqa: E402
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
 
 from shardlab.display import smallest_text_pt  # noqa: E402
-from shardlab.profiling import (Trace, draw_timeline, hlo_sources, op_kind, op_totals,  # noqa: E402
-                                read_memory_profile, read_trace, scope_of, time_breakdown, trace_file)
+from shardlab.profiling import (Trace, collective_overlap, draw_timeline, hlo_sources,  # noqa: E402
+                                op_kind, op_totals, quiet_native_logs, read_memory_profile,
+                                read_trace, scope_of, time_breakdown, trace_file)
 from shardlab.targets import quiet_libtpu  # noqa: E402
 
 
@@ -314,3 +315,56 @@ def test_memory_profile_matches_live_arrays(tmp_path):
     assert any(s.allocated_at() and s.allocated_at()[0] == "test_memory_profile_matches_live_arrays"
                for s in from_file)
     del a
+
+
+def async_trace():
+    """One TPU device (a process with an XLA Ops line) whose step has an asynchronous all-gather partly
+    hidden behind two fusions, an all-reduce-start/done with nothing between them, and a synchronous
+    collective-permute: by hand, covered 30 + 20 of the gather's 70 us, 0 of the all-reduce's 25."""
+    pid = 5
+    events = [_meta(pid, "/device:TPU:0"), _meta(pid, "XLA Modules", 1), _meta(pid, "XLA Ops", 2)]
+    events.append(_span("jit_f(1)", 0, 300, pid=pid, tid=1))
+    ops = [("fusion.1", 0, 10), ("all-gather-start.1", 10, 5), ("fusion.2", 15, 30), ("copy-start", 45, 5),
+           ("fusion.3", 60, 20), ("all-gather-done.1", 80, 0), ("all-reduce-start", 100, 5),
+           ("all-reduce-done", 105, 20), ("collective-permute.4", 130, 12), ("fusion.4", 150, 10)]
+    events += [_span(name, ts, dur, pid=pid, tid=2) for name, ts, dur in ops]
+    return {"traceEvents": events}
+
+
+def test_collective_overlap_by_hand():
+    windows = {w.name: w for w in collective_overlap(read_trace(async_trace()), 0)}
+    assert set(windows) == {"all-gather-start.1", "all-reduce-start", "collective-permute.4"}
+    gather = windows["all-gather-start.1"]
+    assert (gather.start, gather.span, gather.covered) == pytest.approx((10, 70, 50))
+    assert gather.hidden == pytest.approx(50 / 70) and gather.exposed == pytest.approx(20)
+    assert windows["all-reduce-start"].span == pytest.approx(25)
+    assert windows["all-reduce-start"].hidden == 0
+    assert windows["collective-permute.4"].hidden == 0
+    with pytest.raises(ValueError, match="trace must be a Trace"):
+        collective_overlap({"traceEvents": []}, 0)
+    with pytest.raises(ValueError, match="step must be"):
+        collective_overlap(read_trace(async_trace()), 3)
+
+
+def test_collective_overlap_agrees_with_xprof():
+    """The same windows and covered fractions as XProf's own async-overlap analysis, on the same events."""
+    async_overlap = pytest.importorskip("xprof.cli.internal.async_overlap")
+    trace = read_trace(async_trace())
+    events = [async_overlap.TimelineEvent("/device:TPU:0", "XLA Ops", op.name, int(op.start * 1e6),
+                                          int(op.duration * 1e6)) for op in trace.ops_in(0, 0)]
+    theirs = {row["name"]: row for row in async_overlap.analyze(events)["top_exposed"]}
+    ours = {w.name: w for w in collective_overlap(trace, 0) if "-start" in w.name}
+    assert set(ours) == set(theirs), (set(ours), set(theirs))
+    for name, w in ours.items():
+        assert w.span * 1e6 == pytest.approx(theirs[name]["span_ps"], rel=1e-9)
+        assert w.hidden == pytest.approx(theirs[name]["overlap_ratio"], rel=1e-9, abs=1e-12)
+
+
+def test_quiet_native_logs_keeps_other_lines(capfd):
+    import os
+    with quiet_native_logs():
+        os.write(2, b"I0000 00:00:1795854870.310381   23221 multi_xplanes_to_op_stats.cc:68] chatter\n")
+        os.write(2, b"W1128 08:35:32.020187   24489 profiler_session.cc:177] late\n")
+        os.write(2, b"a real problem\n")
+    err = capfd.readouterr().err
+    assert "a real problem" in err and "chatter" not in err and "late" not in err

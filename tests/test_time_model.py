@@ -469,3 +469,46 @@ def test_a_compiled_gpu_programs_collectives_get_their_level():
     assert t["by_axis"][("data",)] == pytest.approx(
         sent / 50e9 + sum(t.count * 2 if t.kind == "all-reduce" else t.count
                           for t in traffic if t.axis == ("data",)) * 3 * NETWORK_STEP_LATENCY, rel=1e-9)
+
+
+def test_modelled_passes_can_add_the_axes_of_each_pass():
+    # Forward: 1 ms of compute; all-reduces (2 passes of the hops): 0.5 ms + 16 us on "data" (2 links,
+    # 8 hops) and 0.25 ms + 8 us on "model" (2 links, 4 hops).
+    net = {"data": AxisNetwork(2, 8), "model": AxisNetwork(2, 4)}
+    fwd = [Traffic(1e6, "data"), Traffic(5e5, "model")]
+    passes = {"forward": (1e9, fwd)}
+    at_once = modelled_passes(passes, ROUND, net)
+    one_by_one = modelled_passes(passes, ROUND, net, axes_at_once=False)
+    assert at_once["comm"] == pytest.approx(0.5e-3 + 16e-6, rel=1e-12)
+    assert one_by_one["comm"] == pytest.approx(0.75e-3 + 24e-6, rel=1e-12)
+    assert one_by_one["forward"]["latency"] == pytest.approx(24e-6, rel=1e-12)
+    with pytest.raises(ValueError, match="axes_at_once"):
+        modelled_passes(passes, ROUND, net, axes_at_once="no")
+
+
+def test_memory_term_takes_the_larger_of_flops_and_bytes():
+    """``hbm_bytes``: local time is max(flops/peak, bytes/HBM bandwidth), checked by hand on the v5e."""
+    v5e = CHIPS["TPU v5e"]
+    net = {"x": AxisNetwork(links=2, hops=4)}
+    traffic = [Traffic(9e6, "x", 1, "all-gather")]
+    plain = modelled_time(1e9, traffic, "TPU v5e", net)
+    comm = 9e6 / (2 * v5e.link_bandwidth) + 4 * ICI_HOP_LATENCY       # by hand
+    for hbm, bound in ((1e6, "communication"), (2e8, "memory")):
+        t = modelled_time(1e9, traffic, "TPU v5e", net, hbm_bytes=hbm)
+        memory = hbm / v5e.hbm_bandwidth
+        local = max(1e9 / v5e.peak_flops, memory)
+        assert t["memory"] == pytest.approx(memory, rel=1e-12)
+        assert t["local"] == pytest.approx(local, rel=1e-12)
+        assert t["comm"] == pytest.approx(comm, rel=1e-12)
+        assert t["serial"] == pytest.approx(local + comm, rel=1e-12)
+        assert t["overlapped"] == pytest.approx(max(local, comm), rel=1e-12)
+        assert t["bound"] == bound
+        assert t["compute"] == plain["compute"]        # the flops term is unchanged
+    # without the keyword the result is what it was: no memory keys, serial = compute + comm
+    assert "memory" not in plain and plain["serial"] == pytest.approx(plain["compute"] + comm)
+    # few bytes: the memory term is below compute, and local is compute itself
+    few = modelled_time(1e12, traffic, "TPU v5e", net, hbm_bytes=1.0)
+    assert few["local"] == few["compute"] and few["bound"] == "compute"
+    for bad in (-1, "1e9", True, float("nan")):
+        with pytest.raises(ValueError, match="hbm_bytes"):
+            modelled_time(1e9, traffic, "TPU v5e", net, hbm_bytes=bad)
