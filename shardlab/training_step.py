@@ -14,8 +14,11 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec as P
 
-__all__ = ["StepLayout", "STEP_LAYOUTS", "step_inputs", "train_step", "compile_step", "step_parameters",
-           "step_flops"]
+from shardlab.strategies import phase_of
+from shardlab.time_model import Traffic, step_traffic
+
+__all__ = ["StepLayout", "STEP_LAYOUTS", "CASTS", "step_inputs", "train_step", "compile_step", "step_parameters",
+           "step_flops", "step_passes"]
 
 # AdamW (without bias correction, to keep it short)
 _LR, _B1, _B2, _EPS, _WD = 1e-3, 0.9, 0.95, 1e-8, 0.1
@@ -84,14 +87,51 @@ def step_flops(layers: int, d: int, rows: int, hidden: int | None = None) -> int
     return layers * 7 * 2 * rows * d * hidden
 
 
+def step_passes(program, mesh, *, layers: int, d: int, rows: int, hidden: int | None = None):
+    """The step's work on one device, pass by pass, ready for :func:`shardlab.modelled_passes`.
+
+    ``program``: the step compiled over ``mesh`` (:func:`compile_step`, or a layout of one's own of the same
+    model). Returns ``(passes, network)``: ``passes = {"forward": (flops, [Traffic]), "backward": (flops,
+    [Traffic])}``, with :func:`step_flops` spread evenly over the devices, 2 of its 7 products in the forward
+    pass and 5 in the backward pass (the recomputation runs there); each collective of the program counted
+    once per run (:func:`shardlab.time_model.step_traffic`) in the pass it serves, read from the program
+    (:func:`shardlab.strategies.phase_of`: a collective of both passes, or of neither, counts as backward);
+    ``network``: the network of each mesh axis.
+    """
+    report = getattr(program, "collectives", None)
+    if report is None or not hasattr(program, "compiled"):
+        raise ValueError(f"program must be a shardlab CompiledProgram (compile_step), got {type(program).__name__}")
+    flops = step_flops(layers, d, rows, hidden) / mesh.size
+    traffic, network = step_traffic(program, mesh)
+    passes = {"forward": (flops * 2 / 7, []), "backward": (flops * 5 / 7, [])}
+    for c, t in zip(report, traffic):
+        try:
+            phase = phase_of(c, report).split("+")[-1]
+        except ValueError:
+            phase = "backward"
+        passes[phase][1].append(Traffic(t.nbytes, t.axis, t.count, t.kind))
+    return passes, network
+
+
 def _check_sizes(**sizes) -> None:
     for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-def train_step(mesh, layout: StepLayout):
-    """The jitted AdamW step ``(params, opt, x, y) -> (params, opt, loss)`` for ``layout`` on ``mesh``."""
+#: Where the step casts its float32 weights to bfloat16: in each block (under ``jax.checkpoint``), or once
+#: before the scan, outside the checkpointed blocks.
+CASTS = ("in block", "before scan")
+
+
+def train_step(mesh, layout: StepLayout, *, cast: str = "in block"):
+    """The jitted AdamW step ``(params, opt, x, y) -> (params, opt, loss)`` for ``layout`` on ``mesh``.
+
+    ``cast``: where the float32 weights become bfloat16. ``"in block"`` (the default) casts each weight
+    inside its checkpointed block, so the backward pass's recomputation repeats the cast, and XLA may
+    gather the float32 weight for it; ``"before scan"`` casts the stacked weights once, outside the
+    checkpointed blocks, so every gather the blocks need is of bfloat16 (the gradients are the same).
+    """
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
@@ -99,6 +139,8 @@ def train_step(mesh, layout: StepLayout):
     if not isinstance(layout, StepLayout):
         raise ValueError(f"layout must be a StepLayout (e.g. shardlab.training_step.STEP_LAYOUTS['FSDP']), "
                          f"got {layout!r}")
+    if cast not in CASTS:
+        raise ValueError(f"cast must be one of {CASTS}, got {cast!r}")
 
     def use(w, spec):
         w = w.astype(jnp.bfloat16)
@@ -109,6 +151,8 @@ def train_step(mesh, layout: StepLayout):
         def block(x, w):
             hidden = jax.nn.relu(x @ use(w["w1"], layout.w1))
             return x + hidden @ use(w["w2"], layout.w2), None
+        if cast == "before scan":
+            params = jax.tree.map(lambda w: w.astype(jnp.bfloat16), params)
         out, _ = jax.lax.scan(block, x, params)
         return jnp.mean((out.astype(jnp.float32) - y) ** 2)
 
@@ -142,10 +186,11 @@ def step_inputs(mesh, layout: StepLayout, *, layers: int, d: int, rows: int, hid
             like((rows, d), jnp.float32, layout.batch))
 
 
-def compile_step(mesh, layout, *, layers: int, d: int, rows: int, hidden: int | None = None):
+def compile_step(mesh, layout, *, layers: int, d: int, rows: int, hidden: int | None = None,
+                 cast: str = "in block"):
     """:func:`shardlab.compile_for` of the step on ``mesh``: a :class:`~shardlab.CompiledProgram`.
 
-    ``layout``: a :class:`StepLayout` or a key of :data:`STEP_LAYOUTS`.
+    ``layout``: a :class:`StepLayout` or a key of :data:`STEP_LAYOUTS`; ``cast``: see :func:`train_step`.
     """
     from shardlab.targets import compile_for
 
@@ -153,5 +198,5 @@ def compile_step(mesh, layout, *, layers: int, d: int, rows: int, hidden: int | 
         if layout not in STEP_LAYOUTS:
             raise ValueError(f"layout must be a StepLayout or one of {list(STEP_LAYOUTS)}, got {layout!r}")
         layout = STEP_LAYOUTS[layout]
-    return compile_for(train_step(mesh, layout),
+    return compile_for(train_step(mesh, layout, cast=cast),
                        *step_inputs(mesh, layout, layers=layers, d=d, rows=rows, hidden=hidden))
