@@ -184,6 +184,50 @@ def without_fsdp(spec):
     return P(*(drop(e) for e in spec))
 
 
+def gather_reduce_scattered(w, used, stored, compute_dtype=None):
+    """FSDP's gather: ``w`` laid out as ``used``, its gradient handed back laid out as ``stored``.
+
+    ``used`` and ``stored`` are shardings (``used`` usually ``stored`` with ``fsdp`` removed,
+    :func:`without_fsdp`). A plain ``jax.lax.with_sharding_constraint(w, used)`` would constrain the
+    gradient to ``used`` too (the constraint's transpose), so the compiler may sum it whole on every
+    device; this gather's own backward (a ``jax.custom_vjp``) constrains the gradient to ``stored``,
+    which lets it reduce-scatter instead, as ZeRO-3 does. The gradient is summed across devices in
+    ``w``'s dtype. ``compute_dtype`` (e.g. ``jnp.bfloat16``): ``w`` is cast to it inside the gather, before
+    it is gathered, and its gradient comes back in ``w``'s dtype. Where the compiler sums the gradient is
+    its choice: XLA:TPU sums the partial products where the weight-gradient product writes them, in
+    that product's dtype, so a float32 sum also needs the product written in float32
+    (``preferred_element_type``); the tests show both.
+    """
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Sharding
+
+    for name, sharding in (("used", used), ("stored", stored)):
+        if not isinstance(sharding, Sharding):
+            raise ValueError(f"gather_reduce_scattered: {name} must be a jax.sharding.Sharding, "
+                             f"got {sharding!r}")
+    if compute_dtype is not None:
+        try:
+            compute_dtype = jnp.dtype(compute_dtype)
+        except TypeError:
+            compute_dtype = None
+        if compute_dtype is None or not jnp.issubdtype(compute_dtype, jnp.floating):
+            raise ValueError("gather_reduce_scattered: compute_dtype must be a floating dtype or None")
+
+    @jax.custom_vjp
+    def gather(w):
+        low = w if compute_dtype is None else w.astype(compute_dtype)
+        return jax.lax.with_sharding_constraint(low, used)
+
+    dtype = jnp.asarray(w).dtype if not hasattr(w, "dtype") else w.dtype
+
+    def backward(_, grad):   # the cotangent, back in the weight's dtype before the sum
+        return (jax.lax.with_sharding_constraint(grad.astype(dtype), stored),)
+
+    gather.defvjp(lambda w: (gather(w), None), backward)
+    return gather(w)
+
+
 def _layer_norm(x, scale):
     import jax.numpy as jnp
 

@@ -226,3 +226,88 @@ def test_stack_blocks_rejects_stacked_params():
     from shardlab.transformer import stack_blocks
     with pytest.raises(ValueError):
         stack_blocks(stack_blocks(init_params(DISTINCT)))
+
+
+def _fsdp_grads(hook, cast_inside=False):
+    """Gradients of a small sum-of-products loss through `hook`, on a (1, 8, 1) mesh, jitted."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((1, 8, 1), ("data", "fsdp", "model"), axis_types=(AxisType.Auto,) * 3)
+    stored, used = NamedSharding(mesh, P("fsdp", None)), NamedSharding(mesh, P(None, None))
+    rng = np.random.default_rng(0)
+    w = jax.device_put(rng.normal(size=(64, 32)).astype(np.float32), stored)
+    x = jax.device_put(rng.normal(size=(16, 64)).astype(np.float32), NamedSharding(mesh, P("fsdp", None)))
+
+    def loss(w, x):
+        if cast_inside:   # the float32 weight given to the hook, cast inside it
+            low = hook(w, used, stored, compute_dtype=jnp.bfloat16)
+        else:
+            low = hook(w.astype(jnp.bfloat16), used, stored)
+        return jnp.sum((x.astype(jnp.bfloat16) @ low).astype(jnp.float32) ** 2)
+    grads = jax.jit(jax.grad(loss))(w, x)
+    reference = jax.grad(lambda w: jnp.sum((np.asarray(x) @ w) ** 2))(np.asarray(w))
+    return grads, np.asarray(reference), stored
+
+
+def test_gather_reduce_scattered_gives_the_plain_gradient_laid_out_as_stored():
+    import jax
+    import jax.numpy as jnp
+    from shardlab.transformer import gather_reduce_scattered
+
+    plain = lambda w, used, stored: jax.lax.with_sharding_constraint(w, used)
+    for cast_inside in (False, True):
+        grads, reference, stored = _fsdp_grads(gather_reduce_scattered, cast_inside)
+        assert grads.sharding.is_equivalent_to(stored, 2)
+        scale = np.abs(reference).max()
+        # bfloat16 products: within a few bfloat16 roundings of the float32 gradient, not within float32's
+        np.testing.assert_allclose(grads, reference, rtol=0.05, atol=0.02 * scale)
+        assert np.abs(np.asarray(grads) - reference).max() > 1e-6 * scale
+    same, _, _ = _fsdp_grads(plain)
+    np.testing.assert_allclose(_fsdp_grads(gather_reduce_scattered)[0], same, rtol=1e-2, atol=1e-2 * scale)
+
+
+def test_gather_reduce_scattered_sums_in_the_weights_dtype_on_xla_tpu():
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+    from shardlab.transformer import gather_reduce_scattered
+
+    with shardlab.compiling_for_tpu():
+        mesh = shardlab.target_mesh("v5e-8", (1, 8, 1), ("data", "fsdp", "model"),
+                                    axis_types=(AxisType.Auto,) * 3)
+        stored, used = NamedSharding(mesh, P("fsdp", None)), NamedSharding(mesh, P(None, None))
+        w = jax.ShapeDtypeStruct((1024, 512), jnp.float32, sharding=stored)
+        x = jax.ShapeDtypeStruct((64, 1024), jnp.float32, sharding=NamedSharding(mesh, P("fsdp", None)))
+        dtypes = {}
+        for cast_inside, wide in ((False, None), (True, None), (True, jnp.float32)):
+            def loss(w, x):
+                if cast_inside:
+                    low = gather_reduce_scattered(w, used, stored, jnp.bfloat16)
+                else:
+                    low = gather_reduce_scattered(w.astype(jnp.bfloat16), used, stored)
+                y = jnp.dot(x.astype(jnp.bfloat16), low, preferred_element_type=wide)
+                return jnp.sum(y.astype(jnp.float32) ** 2)
+            report = shardlab.compile_for(jax.jit(jax.grad(loss)), w, x).collectives
+            scatters = report.of_kind("reduce-scatter")
+            assert scatters and not report.of_kind("all-reduce")
+            gathers = report.of_kind("all-gather")
+            assert gathers and {d for c in gathers for d in c.dtypes} == {"bf16"}
+            dtypes[cast_inside, wide] = {d for c in scatters for d in c.dtypes}
+    # the sum is made in the weight-gradient product's dtype: float32 only when it writes float32
+    assert dtypes == {(False, None): {"bf16"}, (True, None): {"bf16"}, (True, jnp.float32): {"f32"}}
+
+
+@pytest.mark.parametrize("kwargs", [dict(used=None), dict(stored="fsdp"), dict(compute_dtype="int32"),
+                                    dict(compute_dtype="not a dtype")])
+def test_gather_reduce_scattered_rejects_bad_arguments(kwargs):
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from shardlab.transformer import gather_reduce_scattered
+
+    mesh = jax.make_mesh((8,), ("fsdp",))
+    args = dict(used=NamedSharding(mesh, P()), stored=NamedSharding(mesh, P("fsdp")), compute_dtype=None)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        gather_reduce_scattered(np.zeros(8, np.float32), **args)
