@@ -11,7 +11,7 @@ from nbclient import NotebookClient
 
 from tests.paths import IPYTHONDIR
 
-CELL_TIMEOUT_S = 180
+CELL_TIMEOUT_S = 300
 
 
 def read_chapter(md: Path) -> nbformat.NotebookNode:
