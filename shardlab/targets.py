@@ -314,7 +314,7 @@ def compile_for(f, *args, **kwargs) -> CompiledProgram:
 
     Where the program names a memory kind (``pinned_host``, ``unpinned_host``) that the target's devices
     do not list, as on the book's compile-only GPU devices, which list none, it warns with
-    :class:`MemoryKindWarning`: XLA then keeps those buffers in device memory.
+    ``shardlab.targets.MemoryKindWarning``: XLA then keeps those buffers in device memory.
     """
     import jax
 
@@ -350,7 +350,7 @@ _ALL_KINDS = frozenset(("device", "pinned_host", "unpinned_host"))
 
 
 def _warn_missing_memory_kinds(lowered, devices) -> None:
-    """Warn (:class:`MemoryKindWarning`) when the lowered program names a memory kind other than
+    """Warn (``MemoryKindWarning``) when the lowered program names a memory kind other than
     ``device`` that the target's devices do not list (the book's compile-only GPU devices list none)."""
     have = memory_kinds(devices[0])
     if _ALL_KINDS <= set(have):

@@ -587,7 +587,7 @@ def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP
     ``hbm_bytes`` (bytes one chip reads and writes in its memory, e.g. ``bytes_accessed`` of
     :func:`~shardlab.compile_for`'s program, XLA's ``cost_analysis()``) adds memory traffic: the result gains
     ``"memory": hbm_bytes / hbm_bandwidth`` and ``"local": max(compute, memory)`` (the chip streams while it
-    multiplies, as :func:`shardlab.serving.serving_time` models it), and ``overlapped``, ``serial`` and
+    multiplies, as :func:`shardlab.serving_time` models it), and ``overlapped``, ``serial`` and
     ``bound`` use ``local`` in place of ``compute`` (``bound`` may then be ``"memory"``). Without it the result
     is as above. Either way the model leaves out per-op overheads and kernel efficiency.
     See the module docstring for every assumption.
