@@ -300,6 +300,13 @@ def _describe(devices) -> str:
     return f"{kind} x{len(devices)}"
 
 
+def _without_python_frames(error):
+    # XLA appends the Python frames it suspects ("Suspected Python Code Location:"): a page of this
+    # machine's paths under a one-line message. The message alone is what the reader needs.
+    message = str(error).split("Suspected Python Code Location:")[0].rstrip()
+    return error if message == str(error).rstrip() else type(error)(message)
+
+
 def _cost(compiled) -> dict:
     return compiled.cost_analysis() or {}       # a dict of XLA's counts in every JAX the book admits
 
@@ -324,7 +331,10 @@ def compile_for(f, *args, **kwargs) -> CompiledProgram:
     start = time.perf_counter()
     with _compiler_log() as log:
         lowered = jitted.lower(*args, **kwargs)
-        compiled = lowered.compile()
+        try:
+            compiled = lowered.compile()
+        except jax.errors.JaxRuntimeError as error:
+            raise _without_python_frames(error) from None
     seconds = time.perf_counter() - start
     devices = _device_assignment(compiled) or []
     if devices:

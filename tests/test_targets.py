@@ -497,3 +497,16 @@ def test_a_move_to_a_memory_the_target_lacks_is_warned_about():
         tpu = shardlab.target_mesh("v5e-8", (2, 4), ("x", "y"))  # a TPU has the memory: no warning
         prog = shardlab.compile_for(park, sds(tpu, (64, 64), P("x", "y")))
     assert "S(5)" in prog.text
+
+
+def test_a_refused_compile_keeps_xla_message_without_the_python_frames():
+    import jax
+
+    from shardlab.targets import _without_python_frames
+
+    long = jax.errors.JaxRuntimeError("INTERNAL: Shape mismatch (a != b)\n\t\n\nSuspected Python Code "
+                                      "Location:\n  /some/path.py:9:35 [<lambda>]\n  /other/path.py:1:1 [f]")
+    short = _without_python_frames(long)
+    assert type(short) is type(long) and str(short) == "INTERNAL: Shape mismatch (a != b)"
+    plain = jax.errors.JaxRuntimeError("INTERNAL: one line")
+    assert _without_python_frames(plain) is plain
