@@ -34,9 +34,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from shardlab.draw import device_color  # noqa: E402
-from shardlab.explore import sharding_explorer  # noqa: E402
-from shardlab.layout import tile_map  # noqa: E402
+from shardlab.pictures.draw import device_color
+from shardlab.pictures.explore import sharding_explorer
+from shardlab.layout.tiles import tile_map
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 rows: list[tuple[str, str, str, str]] = []
@@ -231,8 +231,10 @@ def step_inputs(mesh, batch, width, hidden):
 
 
 def bench_pod_compile():
-    from shardlab.devices import setup_devices
-    from shardlab.targets import TPUCompilerUnavailable, compile_for, target_mesh
+    from shardlab.setup.devices import setup_devices
+    from shardlab.hardware.targets import target_mesh
+    from shardlab.hardware.tpus import TPUCompilerUnavailable
+    from shardlab.programs.compile import compile_for
 
     setup_devices(8)
 

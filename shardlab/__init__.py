@@ -1,57 +1,79 @@
 """shardlab: the helper package of the book 'Parallelism in JAX'.
 
-Device set-up, sharding layouts and their pictures, explorers that work live
-and on the published page, the collectives read from compiled code and the
-ring model of what they send, one time model (links from the topology, a
-latency per collective), and the small machinery some chapters need
-(memory kinds, local processes, the communication model of training strategies,
-transposed collectives, pipeline schedules, compiled schedules and overlap, ring
-attention, expert routing, a small transformer).
+Its subpackages follow the book's layers, bottom to top; a module imports only from its own layer and
+the layers below it (``make test`` checks this with import-linter, ``.importlinter``):
+
+* :mod:`shardlab.arguments`: the argument checks every layer uses.
+* :mod:`shardlab.layout`: pure maths: which tile of an array each device holds, and the bytes a ring
+  collective sends per device. No JAX needed.
+* :mod:`shardlab.hardware`: chips and their published figures, TPU slices and GPU clusters compiled for
+  with no such chip here, the memories a device has, and the compilers' environment.
+* :mod:`shardlab.programs`: what XLA wrote: one HLO reader, and on it the collectives, schedules, loops
+  and memory placements of a program; compiling for a target; profiler traces. It knows no model.
+* :mod:`shardlab.models` and :mod:`shardlab.pictures`, side by side: the one time model (links and hops
+  from the topology, a latency per collective), and the pictures (layouts, meshes, explorers that work
+  live and on the published page, timelines). Neither uses the other; pictures never compile.
+* :mod:`shardlab.parallelism`: the recipes of Parts II and III: collectives step by step, training
+  strategies, the backward pass, pipelines, ring attention, experts, a transformer at scale, serving.
+* :mod:`shardlab.setup`: what a chapter calls first (its devices) and last (checking a reader's answer),
+  and several local processes; it may use every layer.
+
+The chapters use the names below, imported from here.
 """
 
-from shardlab.devices import setup_devices
-from shardlab.display import markdown_table
-from shardlab.exercises import check
-from shardlab.layout import Layout, layout_of, tile_map
-from shardlab.draw import PALETTE, ShardFigure, device_color, draw_links, draw_mesh, draw_sharding, hops, physical_links
-from shardlab.explore import Explorer, explorer, sharding_explorer
-from shardlab.compiled import Collective, CollectiveReport, collectives_in, collectives_in_compiled, collectives_in_text
-from shardlab.cost_model import (CHIPS, Chip, bytes_all_gather, bytes_all_reduce, bytes_all_to_all,
-                                 bytes_all_to_all_ring, bytes_permute, bytes_reduce_scatter, step_time)
-from shardlab.time_model import (ICI_HOP_LATENCY, AxisNetwork, Traffic, axis_links, axis_network, compiled_traffic,
-                                 group_network, mesh_network, modelled_passes, modelled_time, shared_links,
-                                 torus_wraparound)
-from shardlab.targets import (HERE, TARGETS, CompiledProgram, ProgramMemory, Target, TPUCompilerUnavailable,
-                              compile_for, compiling_for_tpu, target_devices, target_mesh, tpu_compiler_missing)
-from shardlab.gpu_targets import (GPU_TARGETS, GPUCompilerUnavailable, GpuTarget, compiling_for_gpu,
-                                  gpu_compiler_missing)
-from shardlab.cost_model import GPU_CHIPS, GpuChip
-from shardlab.time_model import gpu_group_network, step_traffic
-from shardlab.collectives import (CollectiveRun, RingSteps, collective_view, draw_collective, ring_steps,
-                                  run_collective)
-from shardlab.memory import has_memory_kind, memory_kinds, memory_placements, missing_memory_kind
-from shardlab.processes import ProcessesFailed, ProcessesTimedOut, ProcessResult, free_port, run_processes
-from shardlab.strategies import (STRATEGIES, MLPSizes, Transfer, compute_bound_from, mlp_bytes, mlp_memory,
-                                 mlp_pass_flops, mlp_transfers, phase_of, step_times)
-from shardlab.overlap import (AsyncWindow, ScheduledOp, async_windows, loop_bodies, ring_matmul_time,
-                              scheduled_order, windowed_loops)
-from shardlab.pipeline import (Schedule, bubble_fraction, bubble_model, circular_schedule, draw_schedule,
-                               gpipe_schedule, in_flight, one_f_one_b_schedule, zero_bubble_schedule)
-from shardlab.backward import (LoopedCollective, StepCollectives, Transpose, TransposeTable, collectives_per_step,
-                               split_microbatches, transpose_table, transposed_collectives)
-from shardlab.experts import (Routing, dispatch_and_combine, expert_capacity, expert_load,
-                               load_balancing_loss, router_logits, router_z_loss, top_k_routing)
-from shardlab.attention import (block_kinds, causal_work, kv_block_at, longest_sequence, ring_attention_comm,
-                                ring_attention_memory, token_positions)
-from shardlab.transformer import (TransformerConfig, mesh_factorisations, model_flops, model_flops_utilisation,
-                                  param_shapes, param_specs, reversal_batch, stack_blocks, without_fsdp)
-from shardlab.logical_axes import logical_spec
-from shardlab.profiling import (DeviceOp, InstructionSource, MemorySample, Trace, Wait, draw_timeline, hlo_sources,
-                                op_kind, op_totals, read_memory_profile, read_trace, scope_of, time_breakdown,
-                                trace_file)
-from shardlab.serving import (LLAMA_8B_LIKE, DecoderConfig, cache_shapes, cache_specs, decoder_shapes, decoder_specs,
-                              empty_cache, forward_with_cache, forward_without_cache, generate, init_decoder,
-                              serving_bytes, serving_flops, serving_time, sharded_step, step_arguments)
+# First: it imports JAX with libtpu's start-up noise hidden.
+from shardlab.setup.devices import setup_devices  # noqa: I001
+
+from shardlab.setup.exercises import check
+from shardlab.setup.processes import ProcessesFailed, ProcessesTimedOut, ProcessResult, free_port, run_processes
+from shardlab.layout.ring_bytes import (bytes_all_gather, bytes_all_reduce, bytes_all_to_all, bytes_all_to_all_ring,
+                                        bytes_permute, bytes_reduce_scatter)
+from shardlab.layout.tiles import Layout, layout_of, tile_map
+from shardlab.hardware.chips import CHIPS, GPU_CHIPS, Chip, GpuChip
+from shardlab.hardware.gpus import (GPU_TARGETS, GPUCompilerUnavailable, GpuTarget, compiling_for_gpu,
+                                    gpu_compiler_missing)
+from shardlab.hardware.memory_kinds import has_memory_kind, memory_kinds, missing_memory_kind
+from shardlab.hardware.targets import HERE, target_devices, target_mesh
+from shardlab.hardware.tpus import TARGETS, Target, TPUCompilerUnavailable, compiling_for_tpu, tpu_compiler_missing
+from shardlab.programs.collectives import (Collective, CollectiveReport, collectives_in, collectives_in_compiled,
+                                           collectives_in_text)
+from shardlab.programs.compile import CompiledProgram, MemoryKindWarning, ProgramMemory, compile_for
+from shardlab.programs.loops import LoopedCollective, StepCollectives, collectives_per_step
+from shardlab.programs.placements import memory_placements
+from shardlab.programs.schedule import (AsyncWindow, ScheduledOp, async_windows, loop_bodies, scheduled_order,
+                                        windowed_loops)
+from shardlab.programs.traces import (DeviceOp, InstructionSource, MemorySample, Trace, Wait, hlo_sources, op_kind,
+                                      op_totals, read_memory_profile, read_trace, scope_of, time_breakdown, trace_file)
+from shardlab.models.ring_matmul import ring_matmul_time
+from shardlab.models.time_model import (ICI_HOP_LATENCY, AxisNetwork, Traffic, axis_links, axis_network,
+                                        compiled_traffic, gpu_group_network, group_network, mesh_network,
+                                        modelled_passes, modelled_time, shared_links, step_time, step_traffic,
+                                        torus_wraparound)
+from shardlab.pictures.display import markdown_table
+from shardlab.pictures.draw import (PALETTE, ShardFigure, device_color, draw_links, draw_mesh, draw_sharding, hops,
+                                    physical_links)
+from shardlab.pictures.explore import Explorer, explorer, sharding_explorer
+from shardlab.pictures.timeline import draw_timeline
+from shardlab.parallelism.attention import (block_kinds, causal_work, kv_block_at, longest_sequence,
+                                            ring_attention_comm, ring_attention_memory, token_positions)
+from shardlab.parallelism.backward import (Transpose, TransposeTable, split_microbatches, transpose_table,
+                                           transposed_collectives)
+from shardlab.parallelism.collective_steps import (CollectiveRun, RingSteps, collective_view, draw_collective,
+                                                   ring_steps, run_collective)
+from shardlab.parallelism.experts import (Routing, dispatch_and_combine, expert_capacity, expert_load,
+                                          load_balancing_loss, router_logits, router_z_loss, top_k_routing)
+from shardlab.parallelism.logical_axes import logical_spec
+from shardlab.parallelism.pipeline import (Schedule, bubble_fraction, bubble_model, circular_schedule, draw_schedule,
+                                           gpipe_schedule, in_flight, one_f_one_b_schedule, zero_bubble_schedule)
+from shardlab.parallelism.serving import (LLAMA_8B_LIKE, DecoderConfig, cache_shapes, cache_specs, decoder_shapes,
+                                          decoder_specs, empty_cache, forward_with_cache, forward_without_cache,
+                                          generate, init_decoder, serving_bytes, serving_flops, serving_time,
+                                          sharded_step, step_arguments)
+from shardlab.parallelism.strategies import (STRATEGIES, MLPSizes, Transfer, compute_bound_from, mlp_bytes,
+                                             mlp_memory, mlp_pass_flops, mlp_transfers, phase_of, step_times)
+from shardlab.parallelism.transformer import (TransformerConfig, mesh_factorisations, model_flops,
+                                              model_flops_utilisation, param_shapes, param_specs, reversal_batch,
+                                              stack_blocks, without_fsdp)
 
 __all__ = [
     # set-up and exercises
@@ -71,7 +93,7 @@ __all__ = [
     "shared_links", "mesh_network", "compiled_traffic", "modelled_time", "modelled_passes",
     # compile targets: here, or a TPU slice compiled for ahead of time
     "Target", "TARGETS", "HERE", "target_devices", "target_mesh", "compile_for", "CompiledProgram",
-    "ProgramMemory", "compiling_for_tpu", "tpu_compiler_missing", "TPUCompilerUnavailable",
+    "ProgramMemory", "MemoryKindWarning", "compiling_for_tpu", "tpu_compiler_missing", "TPUCompilerUnavailable",
     # GPU targets: NVIDIA nodes and clusters compiled for with no GPU, their chips, their two-level network
     "GpuTarget", "GPU_TARGETS", "compiling_for_gpu", "gpu_compiler_missing", "GPUCompilerUnavailable",
     "GpuChip", "GPU_CHIPS", "gpu_group_network", "step_traffic",

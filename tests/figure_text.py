@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-MIN_TEXT_PT = 9.0    # shardlab.display.MIN_TEXT_PT, repeated here so that the test does not trust it
+MIN_TEXT_PT = 9.0    # shardlab.pictures.display.MIN_TEXT_PT, repeated here so that the test does not trust it
 ROUNDING_PT = 0.01   # recorded sizes are rounded to hundredths of a point
 
 _IMAGE_MIMES = ("image/png", "image/jpeg", "image/gif", "image/svg+xml")

@@ -1,11 +1,10 @@
-"""shardlab.attention: the ring's blocks, the causal work, ring attention's memory and sends modelled."""
+"""shardlab.parallelism.attention: the ring's blocks, the causal work, ring attention's memory and sends modelled."""
 
 import numpy as np
 import pytest
 
-from shardlab.attention import (block_kinds, causal_work, kv_block_at, longest_sequence, ring_attention_comm,
-                                ring_attention_memory, token_positions)
-from shardlab.cost_model import CHIPS
+from shardlab.parallelism.attention import block_kinds, causal_work, kv_block_at, longest_sequence, ring_attention_comm, ring_attention_memory, token_positions
+from shardlab.hardware.chips import CHIPS
 
 
 def test_kv_block_travels_to_the_next_device():

@@ -1,4 +1,4 @@
-"""shardlab.backward: forward collective -> backward collective, collectives counted per trip, microbatches."""
+"""shardlab.parallelism.backward: forward collective -> backward collective, collectives counted per trip, microbatches."""
 
 import platform
 import re
@@ -14,8 +14,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
-from shardlab.backward import (_loop_depths, _loop_trips, collectives_per_step, split_microbatches, transpose_table,  # noqa: E402
-                               transposed_collectives)
+from shardlab.parallelism.backward import split_microbatches, transpose_table, transposed_collectives
+from shardlab.programs.loops import _loop_depths, _loop_trips, collectives_per_step
 
 MESH = jax.make_mesh((8,), ("x",))
 X = jax.device_put(np.arange(64 * 4, dtype=np.float32).reshape(64, 4), NamedSharding(MESH, P("x")))

@@ -1,4 +1,4 @@
-"""shardlab.collectives: buffers before/after each collective and each ring step, run on 8 CPU devices."""
+"""shardlab.parallelism.collective_steps: buffers before/after each collective and each ring step, run on 8 CPU devices."""
 
 import shardlab
 
@@ -7,21 +7,8 @@ DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JA
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from shardlab.collectives import (  # noqa: E402
-    COLLECTIVE_KINDS,
-    RING_KINDS,
-    collective_view,
-    draw_collective,
-    ring_steps,
-    run_collective,
-)
-from shardlab.cost_model import (  # noqa: E402
-    bytes_all_gather,
-    bytes_all_reduce,
-    bytes_all_to_all,
-    bytes_permute,
-    bytes_reduce_scatter,
-)
+from shardlab.parallelism.collective_steps import COLLECTIVE_KINDS, RING_KINDS, collective_view, draw_collective, ring_steps, run_collective
+from shardlab.layout.ring_bytes import bytes_all_gather, bytes_all_reduce, bytes_all_to_all, bytes_permute, bytes_reduce_scatter
 
 
 def start(n, size):
@@ -302,7 +289,7 @@ def _smallest_displayed_pt(fig):
 
     from PIL import Image
 
-    from shardlab.display import page_image
+    from shardlab.pictures.display import page_image
 
     image = page_image(fig, tight=False)
     shown_in = Image.open(io.BytesIO(image.data)).size[0] / 2 / 96

@@ -1,4 +1,4 @@
-"""shardlab.compiled and its ring model (shardlab.cost_model): collectives read from HLO text
+"""shardlab.programs.collectives and its ring model (shardlab.layout.ring_bytes): collectives read from HLO text
 (hand-written) and from real compiled programs, and the bytes the model gives them."""
 
 import shardlab
@@ -16,21 +16,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
-from shardlab.compiled import (  # noqa: E402
-    KINDS,
-    CollectiveReport,
-    collectives_in,
-    collectives_in_compiled,
-    collectives_in_text,
-)
-from shardlab.cost_model import (  # noqa: E402
-    bytes_all_gather,
-    bytes_all_reduce,
-    bytes_all_to_all,
-    bytes_all_to_all_ring,
-    bytes_permute,
-    bytes_reduce_scatter,
-)
+from shardlab.programs.collectives import CollectiveReport, collectives_in, collectives_in_compiled, collectives_in_text
+from shardlab.programs.hlo import KINDS
+from shardlab.layout.ring_bytes import bytes_all_gather, bytes_all_reduce, bytes_all_to_all, bytes_all_to_all_ring, bytes_permute, bytes_reduce_scatter
 
 ADD = """add {
   a = f32[] parameter(0)
@@ -586,7 +574,7 @@ def test_element_widths_are_those_xla_and_ml_dtypes_give():
 
     import ml_dtypes
 
-    from shardlab.compiled import _BITS, _Array
+    from shardlab.programs.hlo import _Array, _BITS
 
     count, seen, refused = 1024, set(), []
     for name in DTYPES:

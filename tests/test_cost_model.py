@@ -1,11 +1,12 @@
-"""The time model of shardlab.cost_model: published chip figures, and flops and bytes turned into time."""
+"""The time model of shardlab.layout.ring_bytes: published chip figures, and flops and bytes turned into time."""
 
 import math
 
 import pytest
 
-from shardlab.cost_model import CHIP_SOURCE, CHIPS, Chip, step_time
-from shardlab.strategies import MLPSizes, compute_bound_from
+from shardlab.hardware.chips import CHIPS, CHIP_SOURCE, Chip
+from shardlab.models.time_model import step_time
+from shardlab.parallelism.strategies import MLPSizes, compute_bound_from
 
 # The published figures, written here as the sources print them (not computed from shardlab).
 #
@@ -169,7 +170,7 @@ SCALING_BOOK_GPUS = {"H100": (9.9e14, 80e9, 3.4e12, 450e9, 400e9), "H200": (9.9e
 
 
 def test_gpu_figures_are_the_published_ones():
-    from shardlab.cost_model import GPU_CHIPS
+    from shardlab.hardware.chips import GPU_CHIPS
 
     assert set(GPU_CHIPS) == set(SCALING_BOOK_GPUS)
     for name, (peak, hbm, hbm_bw, nvlink, node_egress) in SCALING_BOOK_GPUS.items():
@@ -182,8 +183,8 @@ def test_gpu_figures_are_the_published_ones():
 
 
 def test_gpu_figures_agree_with_xlas_target_configs():
-    from shardlab.cost_model import GPU_CHIPS
-    from shardlab.gpu_targets import GPU_TARGETS
+    from shardlab.hardware.chips import GPU_CHIPS
+    from shardlab.hardware.gpus import GPU_TARGETS
 
     for t in GPU_TARGETS.values():
         # XLA lists memory in bytes as the driver reports it (nominal "GB" are GiB for some models, GB
@@ -194,7 +195,7 @@ def test_gpu_figures_agree_with_xlas_target_configs():
 
 
 def test_the_time_model_takes_a_gpu_by_name():
-    from shardlab.cost_model import GPU_CHIPS
+    from shardlab.hardware.chips import GPU_CHIPS
 
     assert step_time(9.9e14, 0, "H100")["compute"] == pytest.approx(1.0)
     assert step_time(0, 450e9, "H100")["comm"] == pytest.approx(1.0)   # NVLink, one second per 450 GB

@@ -114,7 +114,7 @@ def test_a_driver_library_without_a_gpu_device_is_no_driver(monkeypatch):
     import ctypes
     import glob
 
-    from shardlab import devices as dev
+    from shardlab.hardware import environment as dev
 
     monkeypatch.setattr(ctypes, "CDLL", lambda name: object())          # the library loads
     monkeypatch.setattr(glob, "glob", lambda pattern: [])                 # but no /dev/nvidia0

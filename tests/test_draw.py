@@ -1,4 +1,4 @@
-"""shardlab.draw: heatmaps of layouts and device grids."""
+"""shardlab.pictures.draw: heatmaps of layouts and device grids."""
 
 import io
 
@@ -8,9 +8,9 @@ from matplotlib.colors import to_rgb
 from PIL import Image
 
 import shardlab
-from shardlab.display import COLUMN_PX, text_scale
-from shardlab.draw import PALETTE, ShardFigure, device_color, draw_mesh, draw_sharding, png_bytes, sheet_for
-from shardlab.layout import tile_map
+from shardlab.pictures.display import COLUMN_PX, text_scale
+from shardlab.pictures.draw import PALETTE, ShardFigure, device_color, draw_mesh, draw_sharding, png_bytes, sheet_for
+from shardlab.layout.tiles import tile_map
 
 DEVS = shardlab.setup_devices(8)
 
@@ -276,7 +276,7 @@ def test_subtitle_wraps_to_a_narrow_panel():
 from dataclasses import dataclass  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
-from shardlab.draw import draw_links, hops, physical_links  # noqa: E402
+from shardlab.pictures.draw import draw_links, hops, physical_links
 
 
 @dataclass(eq=False, frozen=True)
@@ -352,8 +352,7 @@ import re  # noqa: E402
 
 from IPython.core.formatters import DisplayFormatter  # noqa: E402
 
-from shardlab.display import (TIGHT_PAD_IN, drawn_text_sizes, figure_alt, page_image,  # noqa: E402
-                              set_figure_defaults)
+from shardlab.pictures.display import TIGHT_PAD_IN, drawn_text_sizes, figure_alt, page_image, set_figure_defaults
 
 
 def shown(fig):
@@ -488,7 +487,7 @@ def test_pyplot_and_plain_figures_follow_the_defaults():
 
 def test_page_image_checks_its_figure():
     with pytest.raises(ValueError, match="figure"):
-        from shardlab.display import display_width
+        from shardlab.pictures.display import display_width
 
         display_width(0)
     image = page_image(PICTURES["1-D"])

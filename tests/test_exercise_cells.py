@@ -11,7 +11,7 @@ import re
 import nbformat
 import pytest
 
-from shardlab.exercises import ANSWER_TITLE
+from shardlab.setup.exercises import ANSWER_TITLE
 from tests.paths import NUMBERED
 
 CHECK = re.compile(r"shardlab\.check\(\s*(answer_\w+)")

@@ -64,7 +64,7 @@ def test_atol_adds_to_the_scaled_tolerance():
 
 
 def test_floats_default_to_a_small_scaled_tolerance_and_integers_to_equality():
-    from shardlab.exercises import DEFAULT_FLOAT_RTOL
+    from shardlab.setup.exercises import DEFAULT_FLOAT_RTOL
 
     check(SCALE * (1 + 0.5 * DEFAULT_FLOAT_RTOL), SCALE)
     with pytest.raises(AssertionError):

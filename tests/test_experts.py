@@ -5,7 +5,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from shardlab.experts import Routing, dispatch_and_combine, expert_capacity, expert_load, top_k_routing
+from shardlab.parallelism.experts import Routing, dispatch_and_combine, expert_capacity, expert_load, top_k_routing
 
 
 def test_capacity_rule():
@@ -157,7 +157,7 @@ def test_expert_load():
 def test_router_logits_are_float32():
     import jax.numpy as jnp
 
-    from shardlab.experts import router_logits
+    from shardlab.parallelism.experts import router_logits
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(32, 16)).astype(np.float32)
@@ -180,7 +180,7 @@ def test_router_logits_are_float32():
 def test_load_balancing_and_z_losses():
     import jax
 
-    from shardlab.experts import load_balancing_loss, router_z_loss
+    from shardlab.parallelism.experts import load_balancing_loss, router_z_loss
 
     rng = np.random.default_rng(1)
     logits = rng.normal(size=(20, 4)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""shardlab.explore and shardlab.static_player: live widgets and the static page player."""
+"""shardlab.pictures.explore and shardlab.pictures.static_player: live widgets and the static page player."""
 
 import json
 import re
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import shardlab
-from shardlab.explore import Explorer, explorer, sharding_explorer
-from shardlab.static_player import player_html
+from shardlab.pictures.explore import Explorer, explorer, sharding_explorer
+from shardlab.pictures.static_player import player_html
 
 shardlab.setup_devices(8)
 
@@ -160,7 +160,7 @@ import jax  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from shardlab.display import COLUMN_PX  # noqa: E402
+from shardlab.pictures.display import COLUMN_PX
 
 
 def img_tag(html):

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shardlab
-from shardlab.layout import Layout, format_spec, layout_of, tile_map
+from shardlab.layout.tiles import Layout, format_spec, layout_of, tile_map
 
 DEVS = shardlab.setup_devices(8)  # before any other JAX use in this worker
 

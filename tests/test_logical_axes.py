@@ -1,4 +1,4 @@
-"""Unit tests of shardlab.logical_axes: logical names mapped to mesh axes by a table of rules."""
+"""Unit tests of shardlab.parallelism.logical_axes: logical names mapped to mesh axes by a table of rules."""
 
 import pytest
 
@@ -8,7 +8,7 @@ DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JA
 
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from shardlab.logical_axes import RULES, logical_spec  # noqa: E402
+from shardlab.parallelism.logical_axes import RULES, logical_spec
 
 
 def test_each_name_takes_its_rule():

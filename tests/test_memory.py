@@ -1,4 +1,4 @@
-"""shardlab.memory: which memory kinds devices have, and memory placement read from program text."""
+"""shardlab.hardware.memory_kinds: which memory kinds devices have, and memory placement read from program text."""
 
 import platform
 import sys
@@ -14,8 +14,8 @@ import pytest  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from shardlab import has_memory_kind, memory_kinds, memory_placements, missing_memory_kind  # noqa: E402
-from shardlab import memory  # noqa: E402
-from shardlab.memory import Placement  # noqa: E402
+from shardlab.hardware import memory_kinds as kinds  # noqa: E402
+from shardlab.programs.placements import Placement
 
 # What JAX's CPU client gives every CPU device (the reference for the CPU runs of these tests).
 CPU_KINDS = {"device", "pinned_host", "unpinned_host"}
@@ -54,8 +54,8 @@ def test_every_device_is_asked_not_only_the_first(monkeypatch, form):
     # One device of eight lacks pinned_host (a stand-in: JAX's CPU devices all have it): whatever form
     # names the eight, the answer is no, and the reason names that device.
     lacking = DEVICES[5]
-    real = memory.memory_kinds
-    monkeypatch.setattr(memory, "memory_kinds",
+    real = kinds.memory_kinds
+    monkeypatch.setattr(kinds, "memory_kinds",
                         lambda d: tuple(k for k in real(d) if not (d == lacking and k == "pinned_host")))
     grid = jax.make_mesh((2, 4), ("x", "y"), devices=DEVICES)
     sharding = NamedSharding(grid, P("x", "y"))

@@ -1,12 +1,13 @@
-"""shardlab.overlap: the scheduled order of a compiled program, its asynchronous windows, the ring-matmul model."""
+"""shardlab.programs.schedule: the scheduled order of a compiled program, its asynchronous windows, the ring-matmul model."""
 
 import importlib.util
 
 import pytest
 
-from shardlab.cost_model import CHIPS
-from shardlab.time_model import AxisNetwork
-from shardlab.overlap import async_windows, ring_matmul_time, scheduled_order
+from shardlab.hardware.chips import CHIPS
+from shardlab.models.time_model import AxisNetwork
+from shardlab.models.ring_matmul import ring_matmul_time
+from shardlab.programs.schedule import async_windows, scheduled_order
 
 # A scheduled module in the shape XLA:TPU prints it: a product fused in a computation of its own,
 # one collective-permute whose start and done surround it, a second whose window is empty.
@@ -416,7 +417,7 @@ def _permute_loop(product_between: bool) -> str:
 
 @pytest.mark.parametrize("product_between", [True, False])
 def test_loop_bodies_and_windowed_loops(product_between):
-    from shardlab.overlap import loop_bodies, windowed_loops
+    from shardlab.programs.schedule import loop_bodies, windowed_loops
 
     hlo = _permute_loop(product_between)
     xla_accepts(hlo)
@@ -433,7 +434,7 @@ def test_loop_bodies_and_windowed_loops(product_between):
 
 
 def test_xla_gpu_side_thread_computations_and_fusion_starts():
-    from shardlab.overlap import windowed_loops
+    from shardlab.programs.schedule import windowed_loops
 
     # XLA:GPU closes a computation run on another stream with '}, execution_thread="parallel"' and launches
     # its product there with a fusion-start: the loop's body must still be found, the product still read.

@@ -3,9 +3,7 @@
 import numpy as np
 import pytest
 
-from shardlab.pipeline import (BACKWARD, FORWARD, IDLE, WEIGHT, Schedule, bubble_fraction, bubble_model,
-                               circular_schedule, draw_schedule, gpipe_schedule, in_flight, one_f_one_b_schedule,
-                               zero_bubble_schedule)
+from shardlab.parallelism.pipeline import BACKWARD, FORWARD, IDLE, Schedule, WEIGHT, bubble_fraction, bubble_model, circular_schedule, draw_schedule, gpipe_schedule, in_flight, one_f_one_b_schedule, zero_bubble_schedule
 
 SIZES = [(1, 1), (2, 1), (2, 5), (4, 4), (4, 8), (8, 16), (3, 7)]
 
@@ -165,7 +163,7 @@ def _smallest_displayed_pt(fig):
 
     from PIL import Image
 
-    from shardlab.display import page_image
+    from shardlab.pictures.display import page_image
 
     # Uncropped, the page shows the whole figure's width (a cropped figure is shown no smaller).
     shown_in = Image.open(io.BytesIO(page_image(fig, tight=False).data)).size[0] / 2 / 96
@@ -209,7 +207,7 @@ def test_idle_slots_stay_grey_in_explorer_frames(make):
 
     from PIL import Image
 
-    from shardlab.explore import explorer
+    from shardlab.pictures.explore import explorer
 
     sched = make()
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shardlab.processes import (ProcessesFailed, ProcessesTimedOut, ProcessResult, free_port,
-                                run_processes)
+from shardlab.setup.processes import ProcessResult, ProcessesFailed, ProcessesTimedOut, free_port, run_processes
 
 
 def write(tmp_path: Path, name: str, code: str) -> Path:
@@ -131,7 +130,7 @@ def test_a_failing_worker_is_named_and_the_others_are_stopped(tmp_path):
 def test_processes_already_started_are_killed_when_starting_another_fails(tmp_path, monkeypatch):
     import subprocess
 
-    import shardlab.processes as processes
+    import shardlab.setup.processes as processes
 
     script = write(tmp_path, "sleep.py", """
         import time

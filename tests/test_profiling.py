@@ -1,4 +1,4 @@
-"""shardlab.profiling: a profiler trace read back per device, the program's sources, the memory profile."""
+"""shardlab.programs.traces: a profiler trace read back per device, the program's sources, the memory profile."""
 
 import gzip
 import inspect
@@ -14,11 +14,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from shardlab.display import smallest_text_pt  # noqa: E402
-from shardlab.profiling import (Trace, collective_overlap, draw_timeline, hlo_sources,  # noqa: E402
-                                op_kind, op_totals, quiet_native_logs, read_memory_profile,
-                                read_trace, scope_of, time_breakdown, trace_file)
-from shardlab.targets import quiet_libtpu  # noqa: E402
+from shardlab.pictures.display import smallest_text_pt
+from shardlab.pictures.timeline import draw_timeline
+from shardlab.programs.traces import Trace, collective_overlap, hlo_sources, op_kind, op_totals, quiet_native_logs, read_memory_profile, read_trace, scope_of, time_breakdown, trace_file
+from shardlab.hardware.environment import quiet_libtpu
 
 
 # ---------------------------------------------------------------------------------------------------------

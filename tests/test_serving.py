@@ -1,4 +1,4 @@
-"""Unit tests of shardlab.serving: the cached decoder against recomputation, sharded against one device,
+"""Unit tests of shardlab.parallelism.serving: the cached decoder against recomputation, sharded against one device,
 donation, and the bytes and flops of a step against independent counts."""
 
 import math
@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-from shardlab import serving
-from shardlab.serving import LLAMA_8B_LIKE, DecoderConfig
+from shardlab.parallelism import serving
+from shardlab.parallelism.serving import DecoderConfig, LLAMA_8B_LIKE
 
 CONFIG = DecoderConfig()
 
@@ -197,7 +197,7 @@ def test_decode_step_traffic_counts_every_layer():
     step, _, _ = serving.sharded_step(mesh, "heads")
     program = shardlab.compile_for(step, *serving.step_arguments(config, mesh, "heads", 8, 64))
     traffic, network = shardlab.step_traffic(program, mesh)
-    from shardlab.backward import collectives_per_step
+    from shardlab.programs.loops import collectives_per_step
     per_step = collectives_per_step(program.compiled)
     assert sum(t.nbytes for t in traffic) == per_step.bytes_per_step
     assert sum(t.count for t in traffic if t.kind == "all-reduce") == 2 * config.layers

@@ -1,4 +1,4 @@
-"""shardlab.strategies: the analytic step model, checked by hand and against compiled steps."""
+"""shardlab.parallelism.strategies: the analytic step model, checked by hand and against compiled steps."""
 
 import shardlab
 
@@ -10,23 +10,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from shardlab.compiled import collectives_in, collectives_in_text  # noqa: E402
+from shardlab.programs.collectives import collectives_in, collectives_in_text
 import math  # noqa: E402
 
-from shardlab.cost_model import CHIPS, Chip  # noqa: E402
-from shardlab.strategies import (  # noqa: E402
-    STRATEGIES,
-    MLPSizes,
-    Transfer,
-    compute_bound_from,
-    mlp_bytes,
-    mlp_flops,
-    mlp_memory,
-    mlp_pass_flops,
-    mlp_transfers,
-    phase_of,
-    step_times,
-)
+from shardlab.hardware.chips import CHIPS, Chip
+from shardlab.parallelism.strategies import MLPSizes, STRATEGIES, Transfer, compute_bound_from, mlp_bytes, mlp_flops, mlp_memory, mlp_pass_flops, mlp_transfers, phase_of, step_times
 
 SIZES = MLPSizes(batch=16, d_model=8, d_hidden=32, layers=2)
 W = 8 * 32 * 4          # bytes of one weight

@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import shardlab
-from shardlab import targets
+from shardlab.hardware import environment, tpus
 
 DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
 
@@ -122,7 +122,7 @@ def test_compiling_for_tpu_turns_only_a_missing_compiler_into_one_line(capsys, m
     def missing(target):
         raise RuntimeError("JAX TPU support not installed; cannot generate TPU topology. See https://...")
 
-    monkeypatch.setattr(targets, "_topology_devices", missing)
+    monkeypatch.setattr(tpus, "tpu_devices", missing)
     with shardlab.compiling_for_tpu():
         shardlab.target_mesh("v5e-8", (2, 4), ("data", "model"))
         raise AssertionError("not reached")
@@ -134,7 +134,7 @@ def test_compiling_for_tpu_turns_only_a_missing_compiler_into_one_line(capsys, m
 
 
 def test_libtpu_start_up_warnings_are_hidden_and_other_lines_kept(capfd):
-    with targets.quiet_libtpu():
+    with environment.quiet_libtpu():
         os.write(2, b"WARNING: Logging before InitGoogle() is written to STDERR\n")
         os.write(2, b"E0000 common_lib.cc] could not determine TPU worker hostnames\n")
         os.write(2, b"something else went wrong\n")
@@ -193,7 +193,7 @@ def test_a_loop_in_the_program_is_reported():
 # ---------------------------------------------------------------------------------------------------------
 # GPU targets: compiled with JAX's CUDA plugin and no GPU
 
-from shardlab import gpu_targets  # noqa: E402
+from shardlab.hardware import gpus as gpu_targets  # noqa: E402
 
 needs_cuda_plugin = pytest.mark.skipif(shardlab.gpu_compiler_missing() is not None,
                                        reason="JAX's CUDA plugin is not installed here")
@@ -309,7 +309,7 @@ def test_without_the_plugin_a_gpu_cell_is_one_line(monkeypatch):
         return real(name, *a)
     monkeypatch.setattr("importlib.util.find_spec", no_plugins)
     try:
-        from shardlab.devices import cuda_plugin_installed, skip_cuda_without_driver
+        from shardlab.hardware.environment import cuda_plugin_installed, skip_cuda_without_driver
 
         assert cuda_plugin_installed() is False
         assert skip_cuda_without_driver() is None     # nothing to keep quiet
@@ -322,7 +322,7 @@ def test_without_the_plugin_a_gpu_cell_is_one_line(monkeypatch):
 
 
 def test_the_cuda_plugins_note_of_no_driver_is_hidden_and_other_lines_kept(capfd):
-    with targets.quiet_libtpu():
+    with environment.quiet_libtpu():
         os.write(2, b"I0000 00:00:1.2 123 cudart_stub.cc:31] Could not find cuda drivers on your machine, "
                     b"GPU will not be used.\nsomething else\n")
     err = capfd.readouterr().err
@@ -332,7 +332,7 @@ def test_the_cuda_plugins_note_of_no_driver_is_hidden_and_other_lines_kept(capfd
 # ---------------------------------------------------------------------------------------------------------
 # The training step the compiling chapters use, the pictures of networks, the CUDA plugin kept quiet
 
-from shardlab import training_step  # noqa: E402
+from shardlab.parallelism import training_step  # noqa: E402
 
 
 def test_step_flops_count_what_xla_counts_on_one_device():
@@ -387,7 +387,7 @@ def test_step_flops_count_the_products_of_the_scanned_program(layers):
 def test_step_flops_count_the_products_of_a_gpu_program():
     # The same count in XLA:GPU's program for one H100 node, tensor parallel (one product per device
     # is an eighth of the whole): the chapter's case.
-    from shardlab.gpu_targets import gpu_compiler_missing
+    from shardlab.hardware.gpus import gpu_compiler_missing
 
     if gpu_compiler_missing():
         pytest.skip(gpu_compiler_missing())
@@ -446,8 +446,8 @@ def test_training_step_bad_input_is_named(call, match):
 def test_the_network_picture_has_readable_text_and_the_chips_figures():
     from matplotlib.figure import Figure
 
-    from shardlab.display import smallest_text_pt
-    from shardlab.gpu_draw import draw_gpu_cluster, draw_two_networks
+    from shardlab.pictures.display import smallest_text_pt
+    from shardlab.pictures.networks import draw_gpu_cluster, draw_two_networks
 
     fig = draw_two_networks(Figure(figsize=(7, 3.2)))
     assert smallest_text_pt(fig) >= 9
@@ -473,7 +473,7 @@ def test_with_the_plugin_and_no_driver_jax_starts_only_the_cpu_quietly():
     assert r.stdout.splitlines()[-1] == "cpu 8" and r.stderr == ""
     r = _fresh("""
         import jax
-        from shardlab.devices import skip_cuda_without_driver
+        from shardlab.hardware.environment import skip_cuda_without_driver
         print(skip_cuda_without_driver(), jax.config.jax_platforms)
     """, JAX_PLATFORMS="cpu")                          # the reader's own choice is kept
     assert r.returncode == 0 and r.stdout.split() == ["None", "cpu"], r.stderr
@@ -488,7 +488,7 @@ def test_a_move_to_a_memory_the_target_lacks_is_warned_about():
 
     gpu = shardlab.target_mesh("h100-8", (2, 4), ("x", "y"))
     assert shardlab.memory_kinds(gpu.devices.flat[0]) == ()     # the compile-only GPU lists no kinds
-    with pytest.warns(targets.MemoryKindWarning, match="'pinned_host' memory, but the NVIDIA H100"):
+    with pytest.warns(shardlab.MemoryKindWarning, match="'pinned_host' memory, but the NVIDIA H100"):
         prog = shardlab.compile_for(park, sds(gpu, (64, 64), P("x", "y")))
     assert "S(5)" not in prog.text                              # indeed no host memory in the program
     with warnings.catch_warnings():                             # no move, no warning
@@ -502,7 +502,7 @@ def test_a_move_to_a_memory_the_target_lacks_is_warned_about():
 def test_a_refused_compile_keeps_xla_message_without_the_python_frames():
     import jax
 
-    from shardlab.targets import _without_python_frames
+    from shardlab.programs.compile import _without_python_frames
 
     long = jax.errors.JaxRuntimeError("INTERNAL: Shape mismatch (a != b)\n\t\n\nSuspected Python Code "
                                       "Location:\n  /some/path.py:9:35 [<lambda>]\n  /other/path.py:1:1 [f]")

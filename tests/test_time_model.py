@@ -14,13 +14,12 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import shardlab
-from shardlab.cost_model import CHIPS, Chip, step_time
-from shardlab.strategies import MLPSizes, compute_bound_from, mlp_pass_flops, step_times
+from shardlab.hardware.chips import CHIPS, Chip
+from shardlab.models.time_model import step_time
+from shardlab.parallelism.strategies import MLPSizes, compute_bound_from, mlp_pass_flops, step_times
 from fractions import Fraction
 
-from shardlab.time_model import (ICI_HOP_LATENCY, LATENCY_SOURCE, AxisNetwork, Traffic, axis_links,
-                                 axis_network, compiled_traffic, group_network, mesh_network, modelled_passes, modelled_time,
-                                 shared_links, torus_wraparound)
+from shardlab.models.time_model import AxisNetwork, ICI_HOP_LATENCY, LATENCY_SOURCE, Traffic, axis_links, axis_network, compiled_traffic, group_network, mesh_network, modelled_passes, modelled_time, shared_links, torus_wraparound
 
 DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
 
@@ -373,9 +372,9 @@ def test_modelled_passes_hides_each_pass_behind_its_own_arithmetic():
 # ---------------------------------------------------------------------------------------------------------
 # GPU clusters: NVLink within a node, the network between nodes
 
-from shardlab.cost_model import GPU_CHIPS, bytes_all_gather  # noqa: E402
-from shardlab.time_model import (NETWORK_STEP_LATENCY, NVLINK_STEP_LATENCY,  # noqa: E402
-                                 gpu_group_network, modelled_time)
+from shardlab.hardware.chips import GPU_CHIPS
+from shardlab.layout.ring_bytes import bytes_all_gather
+from shardlab.models.time_model import NETWORK_STEP_LATENCY, NVLINK_STEP_LATENCY, gpu_group_network, modelled_time
 
 H100 = GPU_CHIPS["H100"]
 

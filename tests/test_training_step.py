@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import shardlab
-from shardlab import training_step
+from shardlab.parallelism import training_step
 
 DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
 
@@ -51,7 +51,7 @@ def test_an_unknown_cast_is_named():
 
 
 def test_casting_before_the_scan_gathers_only_bfloat16_on_a_gpu():
-    from shardlab.gpu_targets import gpu_compiler_missing
+    from shardlab.hardware.gpus import gpu_compiler_missing
 
     if gpu_compiler_missing():
         pytest.skip(gpu_compiler_missing())
@@ -68,7 +68,7 @@ def test_casting_before_the_scan_gathers_only_bfloat16_on_a_gpu():
 def test_step_passes_split_the_flops_and_the_collectives():
     # Tensor parallel on a 2 x 4 mesh of H100s: forward, each block's output all-reduced over "model";
     # backward, the gradient of each block's input over "model" and the weight gradients over "data".
-    from shardlab.gpu_targets import gpu_compiler_missing
+    from shardlab.hardware.gpus import gpu_compiler_missing
 
     if gpu_compiler_missing():
         pytest.skip(gpu_compiler_missing())

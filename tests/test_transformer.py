@@ -1,4 +1,4 @@
-"""Unit tests of shardlab.transformer: sizes, specs, the task, the flops count and the factorisations."""
+"""Unit tests of shardlab.parallelism.transformer: sizes, specs, the task, the flops count and the factorisations."""
 
 import numpy as np
 import pytest
@@ -7,9 +7,7 @@ import shardlab
 
 DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
 
-from shardlab.transformer import (TransformerConfig, init_params, mesh_factorisations, model_flops,
-                                  model_flops_utilisation, param_shapes, param_specs, reversal_batch,
-                                  without_fsdp)
+from shardlab.parallelism.transformer import TransformerConfig, init_params, mesh_factorisations, model_flops, model_flops_utilisation, param_shapes, param_specs, reversal_batch, without_fsdp
 
 
 def test_num_params_counts_every_array():
@@ -66,7 +64,7 @@ def test_loss_in_bfloat16_is_float32_and_close():
     # through the cast, are float32 again.
     import jax
     import jax.numpy as jnp
-    from shardlab.transformer import loss_fn
+    from shardlab.parallelism.transformer import loss_fn
 
     config = TransformerConfig(vocab=16, d_model=32, heads=4, d_ff=64, layers=2, seq=8)
     params = init_params(config, 0)
@@ -189,7 +187,7 @@ def test_stacked_blocks_under_scan_equal_the_list():
     # the same loss and gradients as the blocks run one after the other.
     import jax
     from jax.sharding import PartitionSpec as P
-    from shardlab.transformer import loss_fn, stack_blocks
+    from shardlab.parallelism.transformer import loss_fn, stack_blocks
 
     config = TransformerConfig(vocab=16, d_model=32, heads=4, d_ff=64, layers=3, seq=8)
     params = init_params(config, 0)
@@ -223,7 +221,7 @@ def test_specs_follow_the_rules_table():
 
 
 def test_stack_blocks_rejects_stacked_params():
-    from shardlab.transformer import stack_blocks
+    from shardlab.parallelism.transformer import stack_blocks
     with pytest.raises(ValueError):
         stack_blocks(stack_blocks(init_params(DISTINCT)))
 
@@ -254,7 +252,7 @@ def _fsdp_grads(hook, cast_inside=False):
 def test_gather_reduce_scattered_gives_the_plain_gradient_laid_out_as_stored():
     import jax
     import jax.numpy as jnp
-    from shardlab.transformer import gather_reduce_scattered
+    from shardlab.parallelism.transformer import gather_reduce_scattered
 
     plain = lambda w, used, stored: jax.lax.with_sharding_constraint(w, used)
     for cast_inside in (False, True):
@@ -272,7 +270,7 @@ def test_gather_reduce_scattered_sums_in_the_weights_dtype_on_xla_tpu():
     import jax
     import jax.numpy as jnp
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
-    from shardlab.transformer import gather_reduce_scattered
+    from shardlab.parallelism.transformer import gather_reduce_scattered
 
     with shardlab.compiling_for_tpu():
         mesh = shardlab.target_mesh("v5e-8", (1, 8, 1), ("data", "fsdp", "model"),
@@ -304,7 +302,7 @@ def test_gather_reduce_scattered_sums_in_the_weights_dtype_on_xla_tpu():
 def test_gather_reduce_scattered_rejects_bad_arguments(kwargs):
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
-    from shardlab.transformer import gather_reduce_scattered
+    from shardlab.parallelism.transformer import gather_reduce_scattered
 
     mesh = jax.make_mesh((8,), ("fsdp",))
     args = dict(used=NamedSharding(mesh, P()), stored=NamedSharding(mesh, P("fsdp")), compute_dtype=None)

@@ -1,7 +1,7 @@
 """Writes the data the sharding playground's script needs: ``jax.make_mesh``'s device order on TPU slices.
 
 ``jax.make_mesh`` orders a TPU slice's devices so that mesh neighbours are linked chips; the order depends
-on the slice and the mesh shape. At build time, for every target in ``shardlab.targets.TARGETS`` and every
+on the slice and the mesh shape. At build time, for every target in ``shardlab.hardware.tpus.TARGETS`` and every
 mesh shape over all of its devices (up to four axes of size > 1; axes of size 1 do not change the order),
 the order JAX picks on libtpu's description of that slice is recorded, or JAX's refusal of the shape.
 
@@ -54,7 +54,7 @@ def _make_mesh(sizes, devices):
     """jax.make_mesh's device order for `sizes`, or its refusal as "Type: message"."""
     import jax
 
-    from shardlab.targets import quiet_libtpu
+    from shardlab.hardware.environment import quiet_libtpu
 
     try:
         with quiet_libtpu():
@@ -86,7 +86,8 @@ def refusal_entry(sizes: tuple, text: str, devices) -> dict:
 
 def topology_orders() -> dict:
     """{target name: {topology, where, devices, orders: [[ids]], meshes: {"2x4": index}, refused: {...}}}."""
-    from shardlab.targets import TARGETS, target_devices
+    from shardlab.hardware.targets import target_devices
+    from shardlab.hardware.tpus import TARGETS
 
     out = {}
     for name, target in TARGETS.items():
@@ -111,7 +112,7 @@ def topology_orders() -> dict:
 def write_data(app) -> None:
     if app.builder.format != "html":
         return
-    from shardlab.targets import tpu_compiler_missing
+    from shardlab.hardware.tpus import tpu_compiler_missing
 
     missing = tpu_compiler_missing()
     data = {"jax": None, "targets": {}, "missing": missing}

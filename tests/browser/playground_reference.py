@@ -4,7 +4,7 @@ Run as ``python playground_reference.py < request.json > answers.json``. The req
 ``{"layouts": [case, ...], "reshards": [group, ...]}``:
 
 * a layout case ``{"names", "sizes", "order", "shape", "spec_text", "dtype"}`` (``order``: ``"list"`` or a target
-  of ``shardlab.targets.TARGETS``; ``spec_text``: a spec as a reader types it) is answered with the device ids in
+  of ``shardlab.hardware.tpus.TARGETS``; ``spec_text``: a spec as a reader types it) is answered with the device ids in
   mesh order, ``devices_indices_map`` in that order (``[start, stop]`` per dimension, null for ``slice(None)``),
   the pieces (the devices holding each distinct index tuple, in mesh order) and ``str(jax.typeof(x))`` of an
   argument traced under Explicit axes; or with JAX's refusal ``[exception class, message]`` (``error``);
@@ -13,7 +13,7 @@ Run as ``python playground_reference.py < request.json > answers.json``. The req
   ``import jax`` and ``from jax.sharding import PartitionSpec as P`` (``PartitionSpec`` also named), with
   warnings as errors: as an expression giving a ``PartitionSpec``, else as the arguments of ``P(...)``;
 * a reshard group ``{"target", "names", "sizes", "shape", "pairs"}`` (``target``: ``"cpu"`` or a TPU target) is
-  answered with, per pair of specs, ``{"kinds", "bytes"}``: the collective kinds ``shardlab.compiled.collectives_in``
+  answered with, per pair of specs, ``{"kinds", "bytes"}``: the collective kinds ``shardlab.programs.collectives.collectives_in``
   reads from ``jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, second))`` compiled for an input laid out by
   the first, and the bytes per device it models for them (``total_bytes_per_device``: the ring model, all-to-all
   as a direct exchange, as the page counts).
@@ -37,9 +37,11 @@ jax.config.update("jax_num_cpu_devices", 8)
 import numpy as np  # noqa: E402
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from shardlab.compiled import collectives_in  # noqa: E402
-from shardlab.cost_model import CHIPS  # noqa: E402
-from shardlab.targets import Target, _topology_devices, quiet_libtpu, target_devices  # noqa: E402
+from shardlab.programs.collectives import collectives_in
+from shardlab.hardware.chips import CHIPS
+from shardlab.hardware.environment import quiet_libtpu
+from shardlab.hardware.targets import target_devices
+from shardlab.hardware.tpus import Target, tpu_devices
 
 BIG = Target("v5p-8192", "v5p:16x16x16", CHIPS["TPU v5p"], "4096 compile-only devices for the test")
 
@@ -52,7 +54,7 @@ def _mesh(names, sizes, order):
     explicit = (AxisType.Explicit,) * len(names)
     if order == "list":
         with quiet_libtpu():
-            devices = sorted(_topology_devices(BIG), key=lambda d: d.id)[:math.prod(sizes)]
+            devices = sorted(tpu_devices(BIG), key=lambda d: d.id)[:math.prod(sizes)]
         return Mesh(np.array(devices, dtype=object).reshape(sizes), tuple(names), axis_types=explicit)
     with quiet_libtpu():
         return jax.make_mesh(tuple(sizes), tuple(names), devices=target_devices(order), axis_types=explicit)

@@ -498,7 +498,7 @@ def test_reshard_rules(page):
 
 def test_reshard_bytes_follow_cost_model(page):
     """The page's formulas are cost_model.py's: checked on a range of group sizes and byte counts."""
-    from shardlab.cost_model import bytes_all_to_all, bytes_all_to_all_ring
+    from shardlab.layout.ring_bytes import bytes_all_to_all, bytes_all_to_all_ring
 
     cases = [(nbytes, n) for nbytes in (64, 1000, 4096) for n in (2, 3, 4, 5, 8, 16)]
     page_ring = page.evaluate("""(cases) => cases.map(([b, n]) => window.ShardingPlayground.reshardPlan(
@@ -564,7 +564,7 @@ def test_bad_input_names_the_field(page, field, value, expected):
 
 
 def test_picture_conventions_are_draw_py_s(page):
-    from shardlab import draw
+    from shardlab.pictures import draw
 
     assert page.evaluate("Array.from(window.ShardingPlayground.PALETTE)") == list(draw.PALETTE)
     holders = [[3], [0, 1], [0, 1, 2, 3, 4, 5], list(range(12)), list(range(0, 24, 2)), [5, 1, 9, 2, 7, 3, 8, 4, 6],

@@ -14,7 +14,8 @@ from fractions import Fraction
 import numpy as np
 
 from shardlab.arguments import positive_int as _positive_int
-from shardlab.cost_model import Chip, _chip, step_time
+from shardlab.hardware.chips import Chip, named_chip
+from shardlab.models.time_model import step_time
 
 #: How the tokens of a sequence are dealt to the devices of the ring.
 ORDERS = ("contiguous", "zigzag", "striped")
@@ -141,7 +142,7 @@ def ring_attention_comm(seq_len: int, ring: int, *, heads: int, head_dim: int, d
     kv = heads if kv_heads is None else _positive_int("kv_heads", kv_heads)
     if heads % kv:
         raise ValueError(f"kv_heads must divide heads ({heads}), got {kv}")
-    chip = _chip(chip)
+    chip = named_chip(chip)
     e = heads * head_dim
     sent = 2 * c * kv * head_dim * nbytes
     flops = 4 * c * c * e

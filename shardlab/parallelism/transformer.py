@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardlab.arguments import positive_int
+from shardlab.parallelism.logical_axes import RULES, logical_spec
 
 #: The mesh axes every layout uses, in this order.
 AXES = ("data", "fsdp", "model")
@@ -127,7 +128,7 @@ def stack_blocks(params) -> dict:
     return {**params, "blocks": jax.tree.map(lambda *layers: jnp.stack(layers), *params["blocks"])}
 
 
-#: Each parameter's dimensions by logical name (:mod:`shardlab.logical_axes`); ``None``: never split.
+#: Each parameter's dimensions by logical name (:mod:`shardlab.parallelism.logical_axes`); ``None``: never split.
 #: The embedding tables' rows are looked up, not multiplied: they stay whole.
 PARAM_AXES = {"embed": (None, "embed"), "pos": (None, "embed"), "ln_f": (), "unembed": ("embed", "vocab")}
 BLOCK_AXES = {"ln1": (), "wq": ("embed", "heads", None), "wk": ("embed", "heads", None),
@@ -137,7 +138,6 @@ BLOCK_AXES = {"ln1": (), "wq": ("embed", "heads", None), "wk": ("embed", "heads"
 
 def block_specs(rules=None) -> dict:
     """A ``PartitionSpec`` per weight of one block, from ``BLOCK_AXES`` and ``rules``."""
-    from shardlab.logical_axes import RULES, logical_spec
 
     rules = RULES if rules is None else rules
     return {name: logical_spec(axes, rules) for name, axes in BLOCK_AXES.items()}
@@ -147,7 +147,7 @@ def param_specs(params, rules=None) -> dict:
     """A ``PartitionSpec`` per parameter over the axes ``("data", "fsdp", "model")``.
 
     Read from each parameter's logical axis names (``PARAM_AXES``, ``BLOCK_AXES``) through
-    ``rules`` (default ``shardlab.logical_axes.RULES``): matrices that widen the stream (``wq``,
+    ``rules`` (default ``shardlab.parallelism.logical_axes.RULES``): matrices that widen the stream (``wq``,
     ``wk``, ``wv``, ``w_in``) are split over ``fsdp`` on their input dimension (``embed``) and ``model``
     on their output one (``heads``, ``mlp``); those that narrow it back (``wo``, ``w_out``) the other way
     round; the embeddings over ``fsdp`` on the width, the output projection over ``model`` on the
@@ -155,7 +155,6 @@ def param_specs(params, rules=None) -> dict:
     leading layer dimension, :func:`param_shapes` with ``stacked=True``) get that dimension unsplit.
     """
     from jax.sharding import PartitionSpec as P
-    from shardlab.logical_axes import RULES, logical_spec
 
     if not isinstance(params, dict) or "blocks" not in params:
         raise ValueError("param_specs: params must be the dict init_params returns")

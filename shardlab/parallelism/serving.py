@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardlab.arguments import positive_int
+from shardlab.hardware.chips import named_chip
 
 __all__ = [
     "DecoderConfig", "LLAMA_8B_LIKE", "init_decoder", "decoder_shapes", "decoder_specs", "cache_specs",
@@ -401,7 +402,8 @@ def sharded_step(mesh, layout: str, *, batch_axis: str | None = "data", model_ax
     import functools
 
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     if layout not in LAYOUTS:
         raise ValueError(f"sharded_step: layout must be one of {LAYOUTS}, got {layout!r}")
@@ -519,9 +521,8 @@ def serving_time(flops: float, hbm_bytes: float, chip, comm: float = 0.0) -> dic
     "comm", "time", "bound"}``, bound naming the largest term (``"memory"``, ``"compute"`` or
     ``"communication"``).
     """
-    from shardlab.cost_model import _chip
 
-    chip = _chip(chip)
+    chip = named_chip(chip)
     for name, value in (("flops", flops), ("hbm_bytes", hbm_bytes), ("comm", comm)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
                 or not value >= 0:

@@ -39,7 +39,7 @@ these bytes across the cut, so the cap can only be optimistic. (A collective-per
 
 * **A latency per collective.** "Each hop over an ICI link has some intrinsic overhead regardless of the
   data volume. This is typically around 1us" ("Sharded Matrices", *A note on ICI latency*):
-  :data:`shardlab.time_model.ICI_HOP_LATENCY`. A collective pays it once per hop of its longest route, the group's
+  :data:`shardlab.models.time_model.ICI_HOP_LATENCY`. A collective pays it once per hop of its longest route, the group's
   diameter on the torus (half the ring with wraparound, end to end on a line, summed over the torus
   axes spanned), once for an all-gather or a reduce-scatter and twice for an all-reduce (a
   reduce-scatter, then an all-gather).
@@ -85,61 +85,46 @@ these bytes across the cut, so the cap can only be optimistic. (A collective-per
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
-from collections import Counter
+from shardlab.hardware.chips import CHIPS, DEVICE_KINDS, GPU_CHIPS, GPU_DEVICE_KINDS, GpuChip, check_links, named_chip
+from shardlab.programs.collectives import collectives_in_compiled
+from shardlab.programs.loops import collectives_per_step
 
-from shardlab.cost_model import CHIPS, GPU_CHIPS, Chip, GpuChip, _chip
+__all__ = ['ICI_HOP_LATENCY', 'LATENCY_SOURCE', 'AxisNetwork', 'Traffic', 'torus_wraparound', 'group_network', 'axis_network', 'shared_links', 'axis_links', 'mesh_network', 'compiled_traffic', 'step_traffic', 'modelled_time', 'modelled_passes', 'NVLINK_STEP_LATENCY', 'NETWORK_STEP_LATENCY', 'gpu_group_network', 'step_time']
 
-__all__ = [
-    "ICI_HOP_LATENCY",
-    "LATENCY_SOURCE",
-    "AxisNetwork",
-    "Traffic",
-    "torus_wraparound",
-    "group_network",
-    "axis_network",
-    "shared_links",
-    "axis_links",
-    "mesh_network",
-    "compiled_traffic",
-    "step_traffic",
-    "modelled_time",
-    "modelled_passes",
-    "NVLINK_STEP_LATENCY",
-    "NETWORK_STEP_LATENCY",
-    "gpu_group_network",
-]
 
 #: Seconds one hop over an ICI link costs whatever the bytes, "typically around 1us" (``LATENCY_SOURCE``).
 ICI_HOP_LATENCY = 1e-6
+
 
 #: Where the hop latency comes from.
 LATENCY_SOURCE = ("How to Scale Your Model, 'Sharded Matrices', A note on ICI latency: "
                   "https://jax-ml.github.io/scaling-book/sharding/")
 
+
 #: The size of a full v5e/v6e pod axis: only an axis of this many chips has a wraparound link.
 POD_AXIS_2D = 16
+
+
 #: v4/v5p cubes: slices of whole cubes (every axis a multiple of this) have wraparounds.
 CUBE_EDGE = 4
+
 
 #: Passes over the ring each collective kind makes (for the latency term).
 PASSES = {"all-reduce": 2, "all-gather": 1, "reduce-scatter": 1, "all-to-all": 1, "collective-permute": 1}
 
+
 #: Seconds per ring step of a collective over NVLink, within a node (an assumption of this model).
 NVLINK_STEP_LATENCY = 1e-6
+
+
 #: Seconds per ring step between nodes, over InfiniBand (an assumption of this model).
 NETWORK_STEP_LATENCY = 5e-6
-
-#: ``device_kind`` strings of GPU devices and the chip of :data:`shardlab.cost_model.GPU_CHIPS` they are.
-GPU_DEVICE_KINDS = {"NVIDIA H100 80GB HBM3": "H100", "NVIDIA H200 141GB HBM3e": "H200", "NVIDIA B200": "B200"}
-
-#: ``device_kind`` strings of TPU devices and the chip of :data:`shardlab.cost_model.CHIPS` they are.
-DEVICE_KINDS = {"TPU v5 lite": "TPU v5e", "TPU v5e": "TPU v5e", "TPU v6 lite": "TPU v6e", "TPU v6e": "TPU v6e",
-                "TPU v5": "TPU v5p", "TPU v5p": "TPU v5p", "TPU v4": "TPU v4p"}
 
 
 @dataclass(frozen=True)
@@ -150,7 +135,7 @@ class AxisNetwork:
     line, summed over the torus axes spanned; 0 for an axis of one chip, which sends nothing); it is
     a fraction (a ``fractions.Fraction``) when the groups of the axis share links
     (:func:`shared_links`). ``hops`` is the group's diameter on the torus, the ICI hops one pass of a
-    collective pays :data:`shardlab.time_model.ICI_HOP_LATENCY` for.
+    collective pays :data:`shardlab.models.time_model.ICI_HOP_LATENCY` for.
     """
 
     links: int | Fraction
@@ -187,7 +172,7 @@ class AxisNetwork:
 class Traffic:
     """Collectives of a step on one mesh axis: ``nbytes`` one device sends in all, over ``count`` of ``kind``.
 
-    ``nbytes`` is the ring model's count (``shardlab.cost_model``); ``axis`` a key of the network
+    ``nbytes`` is the ring model's count (``shardlab.layout.ring_bytes``); ``axis`` a key of the network
     given to :func:`modelled_time`; ``count`` how many separate collectives carry it (each pays the
     latency); ``kind`` one of ``PASSES`` (an all-reduce pays it twice).
     """
@@ -230,7 +215,7 @@ def torus_wraparound(chip, slice_shape) -> tuple[bool, ...]:
     otherwise. Source: the scaling book's TPU page, "TPU Networking",
     https://jax-ml.github.io/scaling-book/tpus/. An axis of one chip never wraps.
     """
-    chip = _chip(chip)
+    chip = named_chip(chip)
     shape = _shape("torus_wraparound", slice_shape)
     if chip.torus_dims == 2:
         if len(shape) == 3 and shape[2] == 1:
@@ -335,12 +320,12 @@ def gpu_group_network(groups, chip) -> AxisNetwork:
     """The network of GPU groups that run a collective at once: NVLink within a node, the network between.
 
     ``groups``: one sequence per group, the node (host) of each of its devices, e.g. ``[[0, 0], [1, 1]]``
-    for two groups of two GPUs each within one node; ``chip``: a :class:`~shardlab.cost_model.GpuChip` or a
-    name of :data:`~shardlab.cost_model.GPU_CHIPS`. Returns the slowest group's ``AxisNetwork(1, hops,
+    for two groups of two GPUs each within one node; ``chip``: a :class:`~shardlab.hardware.chips.GpuChip` or a
+    name of :data:`~shardlab.hardware.chips.GPU_CHIPS`. Returns the slowest group's ``AxisNetwork(1, hops,
     bandwidth=..., hop_latency=...)`` (module docstring: the two-level model), or ``AxisNetwork(0, 0)``
     when no group has two devices. Pure: no JAX needed.
     """
-    chip = _chip(chip)
+    chip = named_chip(chip)
     if not isinstance(chip, GpuChip):
         raise ValueError(f"gpu_group_network: chip must be a GPU (a GpuChip or one of {sorted(GPU_CHIPS)}), "
                          f"got {chip.name!r}")
@@ -547,12 +532,10 @@ def step_traffic(program, mesh, *, slice_shape=None) -> tuple[list, dict]:
     bytes and ``trips`` collectives (``shardlab.collectives_per_step`` reads the trips). Raises
     ``ValueError`` where a loop's trip count cannot be read.
     """
-    from shardlab.backward import collectives_per_step
 
     looped = collectives_per_step(program)
     report = getattr(program, "collectives", None)
     if report is None:
-        from shardlab.compiled import collectives_in_compiled
 
         report = collectives_in_compiled(program)
     traffic, network = compiled_traffic(report, mesh, slice_shape=slice_shape)
@@ -572,7 +555,7 @@ def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP
 
     ``flops``: floating-point operations one chip performs; ``traffic``: :class:`Traffic` items (or
     ``(nbytes, axis, count[, kind])`` tuples); ``chip``: a :class:`~shardlab.Chip` or a name of
-    :data:`shardlab.cost_model.CHIPS`; ``network``: ``{axis: AxisNetwork}`` (:func:`mesh_network`, or built by
+    :data:`shardlab.hardware.chips.CHIPS`; ``network``: ``{axis: AxisNetwork}`` (:func:`mesh_network`, or built by
     hand). Per axis ``comm = nbytes / (links * link_bandwidth) + count * passes * hops * hop_latency``
     (passes: 2 for an all-reduce, else 1). Returns, in seconds::
 
@@ -592,7 +575,7 @@ def modelled_time(flops, traffic, chip, network, *, hop_latency: float = ICI_HOP
     is as above. Either way the model leaves out per-op overheads and kernel efficiency.
     See the module docstring for every assumption.
     """
-    chip = _chip(chip)
+    chip = named_chip(chip)
     if isinstance(flops, bool) or not isinstance(flops, (int, float, np.integer, np.floating, Fraction)) \
             or not flops >= 0:
         raise ValueError(f"modelled_time: flops must be a non-negative number, got {flops!r}")
@@ -671,3 +654,32 @@ def modelled_passes(passes: dict, chip, network, *, hop_latency: float = ICI_HOP
     out["serial"] = sum(r["serial"] for r in rows)
     out["bound"] = "communication" if any(r["comm"] > r["compute"] for r in rows) else "compute"
     return out
+
+
+def step_time(flops, nbytes, chip, *, links: int = 1, collectives: int = 0, hops: int = 0) -> dict:
+    """Modelled time of a step on one chip: compute, communication, and which one bounds it.
+
+    ``flops``: floating-point operations one chip performs; ``nbytes``: bytes it sends
+    (a ring-model count); ``links``: ICI links it sends them over at once (1 for a
+    one-way ring or an open line, 2 for a ring with wraparound, more for an axis spanning
+    several torus axes: :func:`shardlab.axis_links` derives it from the topology).
+    ``compute = flops / peak_flops`` and ``comm = nbytes / (links * link_bandwidth)``, plus
+    ``collectives * hops * ICI_HOP_LATENCY`` when ``collectives`` (each one pass of ``hops``
+    ICI hops) are given (default 0: bandwidth only). With perfect overlap the step takes
+    their maximum (``overlapped``), with none their sum (``serial``). A one-axis use of
+    :func:`shardlab.modelled_time`, which states the model's assumptions; a model of the
+    chip at its published peak: real steps are slower.
+    """
+
+    chip = named_chip(chip)
+    for name, value in (("flops", flops), ("nbytes", nbytes)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating, Fraction)) \
+                or not value >= 0:
+            raise ValueError(f"step_time: {name} must be a non-negative number, got {value!r}")
+    check_links(links, chip)
+    for name, value in (("collectives", collectives), ("hops", hops)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"step_time: {name} must be a non-negative integer, got {value!r}")
+    t = modelled_time(flops, [Traffic(nbytes, "ici", collectives, "all-gather")], chip,
+                      {"ici": AxisNetwork(links, max(hops, 1))}, hop_latency=ICI_HOP_LATENCY if hops else 0.0)
+    return {k: t[k] for k in ("compute", "comm", "overlapped", "serial", "bound")}

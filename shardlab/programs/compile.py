@@ -1,17 +1,12 @@
-"""Compile targets: the chapter's own devices, or a real TPU topology compiled for ahead of time.
+"""Compiling for a target and reading the program: collectives, memory per device, flops, the compiler's log.
 
-With ``libtpu`` installed (``pip install "jax[tpu]"``, Linux x86-64 only), XLA's TPU compiler runs on a
-machine with no TPU: ``jax.experimental.topologies.get_topology_desc`` describes the devices of a named
-TPU slice (ids, chip coordinates, cores), ``jax.make_mesh`` orders them as it would on that slice, and
-``jax.jit(f).lower(...).compile()`` on abstract inputs sharded over that mesh returns XLA:TPU's program
-for it. Nothing runs: the program is read (collectives, memory per chip, flops), never executed.
-
-Where libtpu is missing, :func:`compiling_for_tpu` turns the cell into one printed line.
+:func:`compile_for` compiles a function for the devices its arguments are sharded over (the chapter's
+own, or a TPU slice or GPU cluster of :mod:`shardlab.hardware.targets`, compiled for ahead of time with
+no such chip here) and reads the result. Nothing runs: the program is read, never executed.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
@@ -20,205 +15,17 @@ import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
 
-from shardlab.compiled import CollectiveReport, _device_assignment, collectives_in_compiled
-from shardlab.cost_model import CHIPS, Chip
-from shardlab.memory import memory_kinds
+from shardlab.hardware.environment import libtpu_noise
+from shardlab.hardware.memory_kinds import memory_kinds
+from shardlab.programs.collectives import CollectiveReport, collectives_in_compiled, device_assignment
 
-
-@dataclass(frozen=True)
-class Target:
-    """A named TPU slice: its topology name (for ``get_topology_desc``), its chip, and where readers meet it.
-
-    ``host_bounds``: the chips one host holds, as x, y, z (``None``: libtpu's default for the chip, 2 x 2 x 1).
-    A single-host slice names its own, so that all its devices belong to process 0.
-    """
-
-    name: str
-    topology: str
-    chip: Chip
-    where: str
-    host_bounds: tuple[int, int, int] | None = None
-
-    @property
-    def num_chips(self) -> int:
-        return math.prod(int(size) for size in self.topology.split(":")[1].split("x"))
-
-
-#: The TPU slices the book compiles for, named as Google Cloud names them (by chips for v5e and
-#: v6e, by TensorCores, two per chip, for v5p).
-TARGETS = {t.name: t for t in (
-    Target("v5e-1", "v5e:1x1", CHIPS["TPU v5e"], "Colab's TPU runtime: one v5e chip", (1, 1, 1)),
-    Target("v5e-8", "v5e:2x4", CHIPS["TPU v5e"], "Kaggle's TPU runtime: one host with 8 v5e chips", (2, 4, 1)),
-    Target("v5e-256", "v5e:16x16", CHIPS["TPU v5e"], "a full v5e pod: 16 x 16 chips, 4 per host"),
-    Target("v5p-16", "v5p:2x2x2", CHIPS["TPU v5p"], "a cube of 2 x 2 x 2 v5p chips on 2 hosts of 4"),
-    Target("v5p-128", "v5p:4x4x4", CHIPS["TPU v5p"], "a v5p slice of 4 x 4 x 4 chips, 4 per host"),
-    Target("v6e-8", "v6e:2x4", CHIPS["TPU v6e"], "one host with 8 v6e (Trillium) chips", (2, 4, 1)),
-)}
-
-#: The chapter's own devices (simulated CPU devices, or the accelerators ``setup_devices`` found).
-HERE = "here"
-
-
-class TPUCompilerUnavailable(RuntimeError):
-    """libtpu, XLA's TPU compiler, cannot be loaded in this Python: TPU programs cannot be compiled."""
+__all__ = ['CompiledProgram', 'ProgramMemory', 'MemoryKindWarning', 'compile_for']
 
 
 class MemoryKindWarning(UserWarning):
     """:func:`compile_for` compiled a program that names a memory kind its target's devices do not list:
     XLA kept those buffers in device memory, so the program shows no offload."""
-
-
-# ---------------------------------------------------------------------------------------------------------
-# libtpu started on a machine without a TPU writes warnings about unset TPU environment variables straight
-# to the process's stderr (file descriptor 2), which a notebook shows. They say nothing about compiling.
-
-_LIBTPU_NOISE = re.compile(r"could not determine TPU|Logging before InitGoogle|Source Location Trace"
-                           r"|^learning/|libtpu_init_utils|ALLOW_MULTIPLE_LIBTPU_LOAD is set|^\s*$"
-                           # JAX's CUDA plugin, loaded where there is no GPU (shardlab.gpu_targets)
-                           r"|cudart_stub\.cc.*Could not find cuda drivers"
-                           r"|All log messages before absl::InitializeLog\(\) is called")
-
-
-def share_libtpu() -> None:
-    """Let several processes load libtpu where this machine has no TPU chip to guard.
-
-    libtpu takes a lock file (/tmp/libtpu_lockfile) so that one process owns a host's TPU chips; a second
-    process, e.g. another notebook compiling for a TPU, would fail to load it. With no chip here there is
-    nothing to own, and libtpu's own switch ``ALLOW_MULTIPLE_LIBTPU_LOAD`` lifts the lock. On a TPU host
-    nothing changes. Must run before libtpu loads (``setup_devices`` calls it).
-    """
-    try:
-        from jax._src import hardware_utils   # private, in every JAX the book admits
-
-        chips = hardware_utils.num_available_tpu_chips_and_device_id()[0]
-    except Exception:  # noqa: BLE001 - if JAX cannot tell, leave libtpu's lock as it is
-        return
-    if chips == 0:
-        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-
-
-@contextmanager
-def quiet_libtpu():
-    """Run the block with file descriptor 2 captured; pass on every line but libtpu's start-up warnings.
-
-    Also dropped: the CUDA plugin's note that this machine has no CUDA driver (it compiles anyway).
-    """
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):      # no descriptor 2 to capture: nothing to hide
-        yield
-        return
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            kept = [line for line in captured.read().decode(errors="replace").splitlines()
-                    if not _LIBTPU_NOISE.search(line)]
-            if kept:
-                print("\n".join(kept), file=sys.stderr)
-
-
-@lru_cache(maxsize=None)
-def _topology_devices(target: Target) -> tuple:
-    from jax.experimental import topologies
-
-    extra = {} if target.host_bounds is None else {"chips_per_host_bounds": list(target.host_bounds)}
-    share_libtpu()
-    with quiet_libtpu():
-        return tuple(topologies.get_topology_desc(topology_name=target.topology, platform="tpu", **extra).devices)
-
-
-def tpu_compiler_missing() -> str | None:
-    """``None`` when TPU programs can be compiled here; otherwise one line saying why not."""
-    try:
-        _topology_devices(TARGETS["v5e-8"])
-    except Exception as e:  # noqa: BLE001 - any failure to load libtpu means the same to the reader
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if "not installed" in first:
-            return ('No TPU compiler here: libtpu is not installed (pip install "jax[tpu]", Linux x86-64 '
-                    "only), so this TPU cell is skipped.")
-        return f"No TPU compiler here ({type(e).__name__}: {first[:160]}), so this TPU cell is skipped."
-    return None
-
-
-@contextmanager
-def compiling_for_tpu():
-    """Wrap a cell that compiles for a TPU: where libtpu is missing, it prints one line and stops there.
-
-    Only :class:`TPUCompilerUnavailable` (raised by :func:`target_devices` and :func:`target_mesh`) is
-    caught; every other error propagates.
-    """
-    try:
-        yield
-    except TPUCompilerUnavailable as e:
-        print(e)
-
-
-def _target(target):
-    from shardlab.gpu_targets import GPU_TARGETS, GpuTarget
-
-    if isinstance(target, (Target, GpuTarget)) or target == HERE:
-        return target
-    if isinstance(target, str) and target in TARGETS:
-        return TARGETS[target]
-    if isinstance(target, str) and target in GPU_TARGETS:
-        return GPU_TARGETS[target]
-    raise ValueError(f"target must be {HERE!r}, a Target, a GpuTarget, or one of {list(TARGETS)} (TPU) or "
-                     f"{list(GPU_TARGETS)} (GPU), got {target!r}")
-
-
-def target_devices(target) -> list:
-    """The devices of ``target``: ``"here"`` (the chapter's devices), a TPU slice named in ``TARGETS``, or a
-    GPU cluster named in ``shardlab.GPU_TARGETS`` (``shardlab.gpu_targets.gpu_devices``; raises
-    :class:`~shardlab.GPUCompilerUnavailable` where JAX's CUDA plugin is missing).
-
-    A TPU slice's devices are compile-only descriptions from libtpu: they carry ``id``, ``coords``,
-    ``core_on_chip`` and ``device_kind`` like real TPU devices, but hold no memory. Raises
-    :class:`TPUCompilerUnavailable` with a one-line reason where libtpu cannot be loaded.
-    """
-    from shardlab.gpu_targets import GpuTarget, gpu_devices
-
-    t = _target(target)
-    if t == HERE:
-        import jax
-
-        return list(jax.devices())
-    if isinstance(t, GpuTarget):
-        return gpu_devices(t)
-    missing = tpu_compiler_missing()
-    if missing:
-        raise TPUCompilerUnavailable(missing)
-    return list(_topology_devices(t))
-
-
-def target_mesh(target, axis_sizes, axis_names, *, axis_types=None):
-    """``jax.make_mesh(axis_sizes, axis_names, devices=target_devices(target))``: the order JAX picks there.
-
-    ``axis_types`` defaults to ``Auto`` on every axis. ``make_mesh`` may refuse a shape for a topology
-    (its error is JAX's, unchanged).
-    """
-    import jax
-    from jax.sharding import AxisType
-
-    if not isinstance(axis_sizes, (tuple, list)) or not all(isinstance(s, int) and s > 0 for s in axis_sizes):
-        raise ValueError(f"target_mesh: axis_sizes must be a tuple of positive integers, got {axis_sizes!r}")
-    if not isinstance(axis_names, (tuple, list)) or len(axis_names) != len(axis_sizes) \
-            or not all(isinstance(a, str) for a in axis_names):
-        raise ValueError(f"target_mesh: axis_names must be a tuple of {len(axis_sizes)} strings (one per size), "
-                         f"got {axis_names!r}")
-    devices = target_devices(target)
-    if axis_types is None:
-        axis_types = (AxisType.Auto,) * len(axis_sizes)
-    if target == HERE:
-        devices = devices[:math.prod(axis_sizes)]
-    return jax.make_mesh(tuple(axis_sizes), tuple(axis_names), devices=devices, axis_types=tuple(axis_types))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -321,7 +128,7 @@ def compile_for(f, *args, **kwargs) -> CompiledProgram:
 
     Where the program names a memory kind (``pinned_host``, ``unpinned_host``) that the target's devices
     do not list, as on the book's compile-only GPU devices, which list none, it warns with
-    ``shardlab.targets.MemoryKindWarning``: XLA then keeps those buffers in device memory.
+    ``shardlab.programs.compile.MemoryKindWarning``: XLA then keeps those buffers in device memory.
     """
     import jax
 
@@ -336,7 +143,7 @@ def compile_for(f, *args, **kwargs) -> CompiledProgram:
         except jax.errors.JaxRuntimeError as error:
             raise _without_python_frames(error) from None
     seconds = time.perf_counter() - start
-    devices = _device_assignment(compiled) or []
+    devices = device_assignment(compiled) or []
     if devices:
         _warn_missing_memory_kinds(lowered, devices)
     stats = compiled.memory_analysis()
@@ -356,6 +163,8 @@ def compile_for(f, *args, **kwargs) -> CompiledProgram:
 #: Where a lowered module names a memory: ``mhlo.memory_kind`` on an input or output of ``main``, and
 #: ``_xla_buffer_placement`` on a move inside it.
 _NAMED_MEMORY = re.compile(r'(?:mhlo\.memory_kind|_xla_buffer_placement)\s*=\s*"([^"]+)"')
+
+
 _ALL_KINDS = frozenset(("device", "pinned_host", "unpinned_host"))
 
 
@@ -401,7 +210,7 @@ def _compiler_log():
             for line in captured.read().decode(errors="replace").splitlines():
                 if _XLA_LOG_LINE.search(line):
                     lines.append(line)
-                elif not _LIBTPU_NOISE.search(line):
+                elif not libtpu_noise(line):
                     other.append(line)
             if other:
                 print("\n".join(other), file=sys.stderr)

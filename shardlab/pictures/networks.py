@@ -1,15 +1,15 @@
 """Pictures of how accelerators are wired: a GPU cluster's two levels beside a TPU slice's torus.
 
 Drawing only: the bandwidths printed on the picture are read from the chips' published figures
-(``shardlab.cost_model``), never typed here.
+(``shardlab.layout.ring_bytes``), never typed here.
 """
 
 from __future__ import annotations
 
 from matplotlib.patches import FancyBboxPatch, Rectangle
 
-from shardlab.cost_model import CHIPS, GPU_CHIPS
-from shardlab.draw import PALETTE
+from shardlab.hardware.chips import CHIPS, GPU_CHIPS
+from shardlab.pictures.draw import PALETTE
 
 __all__ = ["draw_gpu_cluster", "draw_torus", "draw_two_networks"]
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardlab.arguments import positive_int as _positive
+from shardlab.pictures.display import text_scale
+from shardlab.pictures.draw import PALETTE, ShardFigure
 
 __all__ = ["Schedule", "gpipe_schedule", "one_f_one_b_schedule", "circular_schedule", "zero_bubble_schedule",
            "bubble_fraction", "bubble_model", "in_flight", "draw_schedule"]
@@ -272,9 +274,6 @@ def draw_schedule(schedule: Schedule, ax=None, *, title: str | None = None, labe
     ``ax`` if given, else returns a new :class:`shardlab.ShardFigure` at most 7 inches wide.
     """
     from matplotlib.patches import Rectangle
-
-    from shardlab.display import text_scale
-    from shardlab.draw import PALETTE, ShardFigure
 
     if not isinstance(schedule, Schedule):
         raise ValueError(f"schedule must be a shardlab Schedule, got {type(schedule).__name__}")

@@ -1,4 +1,4 @@
-"""GPU targets: NVIDIA nodes and clusters compiled for with no GPU, as TPU slices are in ``shardlab.targets``.
+"""GPU targets: NVIDIA nodes and clusters compiled for with no GPU, as TPU slices are in ``shardlab.hardware.targets``.
 
 With JAX's CUDA plugin installed (``pip install "jax[cuda12-local]"``: ``jax-cuda12-plugin`` and
 ``jax-cuda12-pjrt``, without NVIDIA's libraries, Linux x86-64 only), XLA's GPU compiler runs on a machine
@@ -22,10 +22,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
-from shardlab.cost_model import GPU_CHIPS, Chip
+from shardlab.hardware.chips import GPU_CHIPS, Chip
+from shardlab.hardware.environment import cuda_plugin_installed, quiet_libtpu, skip_cuda_without_driver
+from shardlab.hardware.registry import lookup
 
-__all__ = ["GpuSpec", "GPUS", "SPEC_SOURCE", "GpuTarget", "GPU_TARGETS", "GPUCompilerUnavailable",
-           "target_config", "gpu_compiler_missing", "compiling_for_gpu", "gpu_devices"]
+__all__ = ['GpuSpec', 'GPUS', 'SPEC_SOURCE', 'GpuTarget', 'GPU_TARGETS', 'GPUCompilerUnavailable', 'target_config', 'gpu_compiler_missing', 'compiling_for_gpu', 'gpu_devices']
+
 
 #: Where the device facts come from: XLA's own target configs, one per GPU model.
 SPEC_SOURCE = ("XLA, xla/backends/gpu/target_config/specs/ (h100_sxm.txtpb, h200.txtpb, b200.txtpb): "
@@ -61,6 +63,7 @@ GPUS = {s.name: s for s in (
             l2_cache_bytes=132644864, clock_ghz=1.965, compute_capability=(10, 0), dnn_version=(9, 7)),
 )}
 
+
 # Limits common to these models (the same in each of XLA's three files).
 _COMMON = {"threads_per_block_limit": 1024, "threads_per_warp": 32, "shared_memory_per_block": 49152,
            "shared_memory_per_core": 233472, "threads_per_core_limit": 2048, "fpus_per_core": 128,
@@ -88,11 +91,7 @@ def target_config(gpu) -> str:
 
 
 def _spec(gpu) -> GpuSpec:
-    if isinstance(gpu, GpuSpec):
-        return gpu
-    if isinstance(gpu, str) and gpu in GPUS:
-        return GPUS[gpu]
-    raise ValueError(f"gpu must be a GpuSpec or one of {list(GPUS)}, got {gpu!r}")
+    return lookup(gpu, "gpu", (GpuSpec,), ("", GPUS))
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ class GpuTarget:
     """A named GPU cluster: ``hosts`` nodes of ``gpus_per_host`` GPUs of ``spec``, with its ``chip`` figures.
 
     The GPUs of one host share an NVLink domain (the node); hosts talk over the network between nodes
-    (``shardlab.time_model``'s GPU part models both).
+    (``shardlab.models.time_model``'s GPU part models both).
     """
 
     name: str
@@ -130,6 +129,7 @@ class GpuTarget:
 
 _H100, _B200 = GPUS["NVIDIA H100 80GB HBM3"], GPUS["NVIDIA B200"]
 
+
 #: The GPU clusters the book compiles for, nodes of 8 GPUs joined by NVLink and nodes joined by InfiniBand.
 GPU_TARGETS = {t.name: t for t in (
     GpuTarget("h100-8", _H100, GPU_CHIPS["H100"], 1, 8, "one node of 8 H100 GPUs (NVLink 4 through NVSwitches)"),
@@ -149,9 +149,6 @@ class GPUCompilerUnavailable(RuntimeError):
 def _devices(target: GpuTarget) -> tuple:
     from jax.experimental import topologies
 
-    from shardlab.devices import skip_cuda_without_driver
-    from shardlab.targets import quiet_libtpu
-
     skip_cuda_without_driver()      # else the plugin's version check fails where there is no driver
     with quiet_libtpu():
         return tuple(topologies.get_topology_desc(target.name, "cuda", target_config=target_config(target.spec),
@@ -161,8 +158,6 @@ def _devices(target: GpuTarget) -> tuple:
 @lru_cache(maxsize=None)
 def gpu_compiler_missing() -> str | None:
     """``None`` when GPU programs can be compiled here; otherwise one line saying why not."""
-    from shardlab.devices import cuda_plugin_installed
-
     if not cuda_plugin_installed():
         return ('No GPU compiler here: JAX\'s CUDA plugin is not installed (pip install "jax[cuda12-local]", '
                 "Linux x86-64 only), so this GPU cell is skipped.")
@@ -196,11 +191,7 @@ def compiling_for_gpu():
 
 
 def _gpu_target(target) -> GpuTarget:
-    if isinstance(target, GpuTarget):
-        return target
-    if isinstance(target, str) and target in GPU_TARGETS:
-        return GPU_TARGETS[target]
-    raise ValueError(f"target must be a GpuTarget or one of {list(GPU_TARGETS)}, got {target!r}")
+    return lookup(target, "target", (GpuTarget,), ("", GPU_TARGETS))
 
 
 def gpu_devices(target) -> list:

@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["Layout", "tile_map", "layout_of", "format_spec", "format_mesh"]
+__all__ = ['Layout', 'tile_map', 'layout_of', 'format_spec', 'format_mesh']
 
 
 # --------------------------------------------------------------------------------------------
@@ -56,7 +56,7 @@ def _mesh_from_jax(mesh):
     return names, sizes, ids
 
 
-def _normalise_mesh(mesh):
+def normalise_mesh(mesh):
     """-> (axis names, axis sizes, device ids from the mesh or None)."""
     if _is_jax_mesh(mesh):
         return _mesh_from_jax(mesh)
@@ -366,7 +366,7 @@ def tile_map(mesh, spec, shape, *, device_ids=None, memory_kind=None) -> Layout:
     Raises ValueError naming the argument for an unknown axis, an axis used twice, a spec longer
     than the rank, a dimension its shard count does not divide, non-positive sizes, bad ids.
     """
-    names, sizes, mesh_ids = _normalise_mesh(mesh)
+    names, sizes, mesh_ids = normalise_mesh(mesh)
     shape = _normalise_shape(shape)
     norm = _normalise_spec(spec, names, len(shape))
     size = dict(zip(names, sizes))

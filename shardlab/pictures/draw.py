@@ -6,7 +6,7 @@ filled with one neutral grey and labelled with its holders ("0,1,2,3", "16–31"
 Figures are ``matplotlib.figure.Figure`` objects that pyplot does not know about (so a notebook never
 shows one twice); as the last expression of a cell they display at twice the pixels of their displayed
 size, no wider than the page's text column, with text of at least 9 pt as displayed and an alt text
-that says what they show (``shardlab.display``).
+that says what they show (``shardlab.pictures.display``).
 
 The drawing is done by ``Sheet``, which keeps its artists: drawing another layout on the same
 figure updates the image, labels and titles in place (that is what makes explorers fast).
@@ -27,8 +27,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
-from shardlab.display import COLUMN_PX, CSS_PX_PER_INCH, figure_bundle, page_image, quantize, text_scale
-from shardlab.layout import Layout, format_mesh, layout_of, tile_map, _normalise_mesh
+from shardlab.layout.tiles import Layout, format_mesh, layout_of, normalise_mesh, tile_map
+from shardlab.pictures.display import COLUMN_PX, CSS_PX_PER_INCH, figure_bundle, page_image, quantize, text_scale
 
 __all__ = ["PALETTE", "device_color", "draw_sharding", "draw_mesh", "draw_links", "physical_links", "hops",
            "Sheet", "sheet_for", "ShardFigure", "png_bytes"]
@@ -143,7 +143,7 @@ class _FastCanvas(FigureCanvasAgg):
 class ShardFigure(Figure):
     """A matplotlib Figure with its own Agg canvas, unknown to pyplot. IPython shows it as an HTML
     ``<img>`` (and PNG) at twice the pixels of its displayed size, at most the page's column wide, with
-    an alt text saying what it shows (``shardlab.display.figure_bundle``)."""
+    an alt text saying what it shows (``shardlab.pictures.display.figure_bundle``)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -1043,7 +1043,7 @@ def draw_mesh(mesh, *, ax=None, title: str | None = None, device_ids=None, figsi
     1-D meshes are a row, 2-D a grid (first axis down), 3-D and more small multiples over the
     leading axes. device_ids: ids in mesh order when ``mesh`` does not carry them.
     """
-    names, sizes, ids = _normalise_mesh(mesh)
+    names, sizes, ids = normalise_mesh(mesh)
     if not names:
         raise ValueError("mesh: a mesh with no axes has nothing to draw")
     layout = tile_map(dict(zip(names, sizes)), tuple((a,) for a in names), sizes,

@@ -6,7 +6,7 @@ The model is the residual MLP of the training chapter: ``layers`` blocks
 For each strategy :func:`mlp_transfers` lists every collective one step needs
 (kind, buffer, group, forward or backward pass) and :func:`mlp_bytes` adds up
 what one device sends under the ring model (the ring formulas of
-:mod:`shardlab.cost_model`). The chapter applies the same model to the
+:mod:`shardlab.layout.ring_bytes`). The chapter applies the same model to the
 collectives read from compiled code: equal totals say that the compiler
 emitted the collectives expected here. ``mlp_flops`` counts the matrix
 products of one step and :func:`mlp_memory` what one device holds.
@@ -32,14 +32,13 @@ Strategies (``data`` and ``model`` are mesh axis sizes):
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
-import math
-
 from shardlab.arguments import positive_int as _positive_int
-from shardlab.cost_model import bytes_all_gather, bytes_all_reduce, bytes_reduce_scatter
-from shardlab.time_model import AxisNetwork, Traffic, modelled_passes
+from shardlab.layout.ring_bytes import bytes_all_gather, bytes_all_reduce, bytes_reduce_scatter
+from shardlab.models.time_model import AxisNetwork, Traffic, modelled_passes
 
 __all__ = [
     "STRATEGIES",
@@ -412,7 +411,7 @@ def phase_of(collective, report) -> str:
     named ``transpose(jvp(...))``. A collective that XLA combined from several
     gets every phase of its parts; one that XLA moved into a fused computation
     of its own is named by the fusion that calls it. ``report`` is the
-    :class:`~shardlab.compiled.CollectiveReport` the collective came from.
+    :class:`~shardlab.programs.collectives.CollectiveReport` the collective came from.
     """
     name = getattr(collective, "name", None)
     text = getattr(report, "hlo_text", None)

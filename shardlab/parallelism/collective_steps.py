@@ -28,13 +28,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardlab.cost_model import (
+from shardlab.layout.ring_bytes import (
     bytes_all_gather,
     bytes_all_reduce,
     bytes_all_to_all,
     bytes_permute,
     bytes_reduce_scatter,
 )
+from shardlab.pictures.display import text_scale
+from shardlab.pictures.draw import ShardFigure, device_color
+from shardlab.pictures.explore import explorer
+from shardlab.programs.collectives import collectives_in
 
 __all__ = [
     "COLLECTIVE_KINDS",
@@ -133,7 +137,7 @@ class CollectiveRun:
     position ``p`` (``device_ids[p]``); ``before_origins``/``after_origins``
     hold, per element, a bit mask of the positions whose values it came from.
     ``bytes_per_device`` is modelled, not measured: what each device sends by
-    the formulas of ``shardlab.cost_model`` (the ring model, ``bytes_all_reduce``
+    the formulas of ``shardlab.layout.ring_bytes`` (the ring model, ``bytes_all_reduce``
     and friends; for ``all_to_all`` a direct exchange, ``bytes_all_to_all``).
     """
 
@@ -179,8 +183,6 @@ class CollectiveRun:
 
     def report(self):
         """The collectives in the compiled program that ran (a :class:`CollectiveReport`)."""
-        from shardlab.compiled import collectives_in
-
         import jax
 
         with jax.set_mesh(self._mesh):  # whatever mesh the caller has set, this program has its own
@@ -226,7 +228,8 @@ def run_collective(kind: str, devices, *, axis_name: str = "i", size: int | None
     values: the starting buffers, shaped (n, size); default ``10*d + k`` on device position ``d``.
     """
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     func = "run_collective"
     kind = _check_kind(kind, COLLECTIVE_KINDS, func)
@@ -403,7 +406,8 @@ def ring_steps(kind: str, devices, *, axis_name: str = "i", size: int | None = N
     equal the built-in collective's result, which is run in the same program and checked.
     """
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     func = "ring_steps"
     if kind == "psum_scatter":
@@ -554,9 +558,6 @@ def _draw_frame(fig, frame: _Frame, device_ids, title: str, span: float, caption
     rows the same way. Text is at least 9 pt as the page displays the figure."""
     from matplotlib.patches import Rectangle
 
-    from shardlab.display import text_scale
-    from shardlab.draw import device_color
-
     n, cells = frame.values.shape
     gap = _GAP
     W, H = fig.get_size_inches()
@@ -643,7 +644,6 @@ def draw_collective(kind: str, devices, *, step: str = "after", ring: bool = Fal
     step: ``"before"``, ``"after"``, or with ``ring=True`` also ``"step 1"`` .. ``"step n-1"``.
     Returns a figure that displays as PNG in a notebook.
     """
-    from shardlab.draw import ShardFigure
 
     data, frames, title = _frames(kind, devices, ring, kwargs, "draw_collective")
     labels = [f.label for f in frames]
@@ -667,7 +667,6 @@ def collective_view(kind: str, devices, *, ring: bool = False, figsize=None, **k
     striped with its contributors' colours; cells written in a step have a heavy border; the
     caption gives the bytes each device sends.
     """
-    from shardlab.explore import explorer
 
     data, frames, title = _frames(kind, devices, ring, kwargs, "collective_view")
     size, span = _figsize(frames, data.n, title)

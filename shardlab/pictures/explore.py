@@ -17,10 +17,10 @@ import itertools
 import math
 import textwrap
 
-from shardlab.display import PIXEL_DENSITY, _TextSizes, display_width, figure_alt, page_dpi
-from shardlab.draw import ShardFigure, png_bytes, sheet_for
-from shardlab.layout import format_mesh, format_spec, tile_map, _normalise_mesh
-from shardlab.static_player import message_svg, player_html
+from shardlab.layout.tiles import format_mesh, format_spec, normalise_mesh, tile_map
+from shardlab.pictures.display import PIXEL_DENSITY, _TextSizes, display_width, figure_alt, page_dpi
+from shardlab.pictures.draw import ShardFigure, png_bytes, sheet_for
+from shardlab.pictures.static_player import message_svg, player_html
 
 __all__ = ["Explorer", "explorer", "sharding_explorer", "MAX_FRAMES"]
 
@@ -42,7 +42,7 @@ def _median_cut_bytes(figure, colors: int, *, compact: bool = False, format: str
     """The figure as a palette image of at most ``colors`` colours chosen by median cut: a large pale
     area keeps its own entry (an octree palette merges light greys, such as a pipeline's idle slots,
     into white). Entries within a few levels of white or black become white or black, as in
-    ``shardlab.display.quantize``."""
+    ``shardlab.pictures.display.quantize``."""
     import io
 
     import numpy as np
@@ -332,7 +332,7 @@ def explorer(controls, draw, *, figsize=(6, 4), clear=True, max_frames=MAX_FRAME
     its own artists. A ValueError raised by draw is shown in the picture. At most ``max_frames``
     combinations (they are all pre-rendered for the page). ``figsize`` in inches: the page shows 96
     CSS px per inch, at most its text column (about 7.2 inches); a wider figure is shown smaller,
-    text included, so keep it within the column or draw text larger (``shardlab.display.text_scale``)."""
+    text included, so keep it within the column or draw text larger (``shardlab.pictures.display.text_scale``)."""
     return Explorer(controls, draw, figsize=figsize, clear=clear, max_frames=max_frames, caption=caption)
 
 
@@ -348,7 +348,7 @@ def _mesh_option(m):
         if len(m) > len(_AXIS_NAMES):
             raise ValueError(f"meshes: at most {len(_AXIS_NAMES)} axes, got {m!r}")
         m = dict(zip(_AXIS_NAMES, m))
-    names, sizes, _ = _normalise_mesh(m)
+    names, sizes, _ = normalise_mesh(m)
     return format_mesh(names, sizes), m
 
 
@@ -394,7 +394,7 @@ def sharding_explorer(meshes=DEFAULT_MESHES, shapes=DEFAULT_SHAPES, specs=DEFAUL
             sheet.draw(layout, color_by=color_by)
         except ValueError as e:
             loose = [() if e_ is None else (e_,) if isinstance(e_, str) else tuple(e_) for e_ in spec]
-            names, sizes, _ = _normalise_mesh(mesh)
+            names, sizes, _ = normalise_mesh(mesh)
             sheet.draw_error(str(e), title=f"{format_spec(loose)} on mesh {format_mesh(names, sizes)}, "
                                            f"array {shape}: not a valid layout")
 

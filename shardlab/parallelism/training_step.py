@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec as P
 
-from shardlab.strategies import phase_of
-from shardlab.time_model import Traffic, step_traffic
+from shardlab.models.time_model import Traffic, step_traffic
+from shardlab.parallelism.strategies import phase_of
+from shardlab.programs.compile import compile_for
 
 __all__ = ["StepLayout", "STEP_LAYOUTS", "CASTS", "step_inputs", "train_step", "compile_step", "step_parameters",
            "step_flops", "step_passes"]
@@ -94,8 +95,8 @@ def step_passes(program, mesh, *, layers: int, d: int, rows: int, hidden: int | 
     model). Returns ``(passes, network)``: ``passes = {"forward": (flops, [Traffic]), "backward": (flops,
     [Traffic])}``, with :func:`step_flops` spread evenly over the devices, 2 of its 7 products in the forward
     pass and 5 in the backward pass (the recomputation runs there); each collective of the program counted
-    once per run (:func:`shardlab.time_model.step_traffic`) in the pass it serves, read from the program
-    (:func:`shardlab.strategies.phase_of`: a collective of both passes, or of neither, counts as backward);
+    once per run (:func:`shardlab.models.time_model.step_traffic`) in the pass it serves, read from the program
+    (:func:`shardlab.parallelism.strategies.phase_of`: a collective of both passes, or of neither, counts as backward);
     ``network``: the network of each mesh axis.
     """
     report = getattr(program, "collectives", None)
@@ -137,7 +138,7 @@ def train_step(mesh, layout: StepLayout, *, cast: str = "in block"):
     from jax.sharding import NamedSharding
 
     if not isinstance(layout, StepLayout):
-        raise ValueError(f"layout must be a StepLayout (e.g. shardlab.training_step.STEP_LAYOUTS['FSDP']), "
+        raise ValueError(f"layout must be a StepLayout (e.g. shardlab.parallelism.training_step.STEP_LAYOUTS['FSDP']), "
                          f"got {layout!r}")
     if cast not in CASTS:
         raise ValueError(f"cast must be one of {CASTS}, got {cast!r}")
@@ -192,7 +193,6 @@ def compile_step(mesh, layout, *, layers: int, d: int, rows: int, hidden: int | 
 
     ``layout``: a :class:`StepLayout` or a key of :data:`STEP_LAYOUTS`; ``cast``: see :func:`train_step`.
     """
-    from shardlab.targets import compile_for
 
     if isinstance(layout, str):
         if layout not in STEP_LAYOUTS:
