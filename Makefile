@@ -55,6 +55,7 @@ book: $(STAMP)
 # then the book (reusing the first run's executions) and every page opened in a real browser.
 test: $(STAMP) $(OLDEST_STAMP) $(CHROMIUM)
 	@$(call SAY_JAX,$(BIN))
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest -n auto --durations=15 tests --ignore=tests/browser
 	@$(call SAY_JAX,$(OLDEST)/bin)
 	BOOK_CACHE=0 $(OLDEST)/bin/pytest -n auto --durations=5 tests --ignore=tests/browser --ignore=tests/test_colab_like.py

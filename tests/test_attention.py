@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from shardlab.parallelism.attention import block_kinds, causal_work, kv_block_at, longest_sequence, ring_attention_comm, ring_attention_memory, token_positions
+from shardlab.parallelism.attention import (block_kinds, causal_work, kv_block_at, longest_sequence,
+                                            ring_attention_comm, ring_attention_memory, token_positions)
 from shardlab.hardware.chips import CHIPS
 
 

@@ -7,8 +7,10 @@ DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JA
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from shardlab.parallelism.collective_steps import COLLECTIVE_KINDS, RING_KINDS, collective_view, draw_collective, ring_steps, run_collective
-from shardlab.layout.ring_bytes import bytes_all_gather, bytes_all_reduce, bytes_all_to_all, bytes_permute, bytes_reduce_scatter
+from shardlab.parallelism.collective_steps import (COLLECTIVE_KINDS, RING_KINDS, collective_view, draw_collective,
+                                                   ring_steps, run_collective)
+from shardlab.layout.ring_bytes import (bytes_all_gather, bytes_all_reduce, bytes_all_to_all, bytes_permute,
+                                        bytes_reduce_scatter)
 
 
 def start(n, size):

@@ -18,7 +18,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from shardlab.programs.collectives import CollectiveReport, collectives_in, collectives_in_compiled, collectives_in_text
 from shardlab.programs.hlo import KINDS
-from shardlab.layout.ring_bytes import bytes_all_gather, bytes_all_reduce, bytes_all_to_all, bytes_all_to_all_ring, bytes_permute, bytes_reduce_scatter
+from shardlab.layout.ring_bytes import (bytes_all_gather, bytes_all_reduce, bytes_all_to_all, bytes_all_to_all_ring,
+                                        bytes_permute, bytes_reduce_scatter)
 
 ADD = """add {
   a = f32[] parameter(0)

@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from shardlab.parallelism.pipeline import BACKWARD, FORWARD, IDLE, Schedule, WEIGHT, bubble_fraction, bubble_model, circular_schedule, draw_schedule, gpipe_schedule, in_flight, one_f_one_b_schedule, zero_bubble_schedule
+from shardlab.parallelism.pipeline import (BACKWARD, FORWARD, IDLE, Schedule, WEIGHT, bubble_fraction, bubble_model,
+                                           circular_schedule, draw_schedule, gpipe_schedule, in_flight,
+                                           one_f_one_b_schedule, zero_bubble_schedule)
 
 SIZES = [(1, 1), (2, 1), (2, 5), (4, 4), (4, 8), (8, 16), (3, 7)]
 

@@ -16,7 +16,8 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E4
 
 from shardlab.pictures.display import smallest_text_pt
 from shardlab.pictures.timeline import draw_timeline
-from shardlab.programs.traces import Trace, collective_overlap, hlo_sources, op_kind, op_totals, quiet_native_logs, read_memory_profile, read_trace, scope_of, time_breakdown, trace_file
+from shardlab.programs.traces import (Trace, collective_overlap, hlo_sources, op_kind, op_totals, quiet_native_logs,
+                                      read_memory_profile, read_trace, scope_of, time_breakdown, trace_file)
 from shardlab.hardware.environment import quiet_libtpu
 
 

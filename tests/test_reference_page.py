@@ -7,7 +7,7 @@ from tests.paths import ROOT
 
 PAGE = ROOT / "book" / "reference.md"
 # Data is documented from the module that defines it, where its doc comment (#:) is.
-DIRECTIVE = re.compile(r"^\.\. auto(?:function|class|data):: shardlab\.(?:\w+\.)?(\w+)$", re.M)
+DIRECTIVE = re.compile(r"^\.\. auto(?:function|class|data):: shardlab\.(?:\w+\.)*(\w+)$", re.M)
 
 
 def test_every_export_is_documented_once_under_a_topic():

@@ -14,7 +14,8 @@ from shardlab.programs.collectives import collectives_in, collectives_in_text
 import math  # noqa: E402
 
 from shardlab.hardware.chips import CHIPS, Chip
-from shardlab.parallelism.strategies import MLPSizes, STRATEGIES, Transfer, compute_bound_from, mlp_bytes, mlp_flops, mlp_memory, mlp_pass_flops, mlp_transfers, phase_of, step_times
+from shardlab.parallelism.strategies import (MLPSizes, STRATEGIES, Transfer, compute_bound_from, mlp_bytes, mlp_flops,
+                                             mlp_memory, mlp_pass_flops, mlp_transfers, phase_of, step_times)
 
 SIZES = MLPSizes(batch=16, d_model=8, d_hidden=32, layers=2)
 W = 8 * 32 * 4          # bytes of one weight

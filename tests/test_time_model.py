@@ -19,7 +19,9 @@ from shardlab.models.time_model import step_time
 from shardlab.parallelism.strategies import MLPSizes, compute_bound_from, mlp_pass_flops, step_times
 from fractions import Fraction
 
-from shardlab.models.time_model import AxisNetwork, ICI_HOP_LATENCY, LATENCY_SOURCE, Traffic, axis_links, axis_network, compiled_traffic, group_network, mesh_network, modelled_passes, modelled_time, shared_links, torus_wraparound
+from shardlab.models.time_model import (AxisNetwork, ICI_HOP_LATENCY, LATENCY_SOURCE, Traffic, axis_links,
+                                        axis_network, compiled_traffic, group_network, mesh_network, modelled_passes,
+                                        modelled_time, shared_links, torus_wraparound)
 
 DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
 

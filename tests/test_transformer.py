@@ -7,7 +7,9 @@ import shardlab
 
 DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
 
-from shardlab.parallelism.transformer import TransformerConfig, init_params, mesh_factorisations, model_flops, model_flops_utilisation, param_shapes, param_specs, reversal_batch, without_fsdp
+from shardlab.parallelism.transformer import (TransformerConfig, init_params, mesh_factorisations, model_flops,
+                                              model_flops_utilisation, param_shapes, param_specs, reversal_batch,
+                                              without_fsdp)
 
 
 def test_num_params_counts_every_array():

@@ -14,7 +14,8 @@ import numpy as np
 
 from shardlab.hardware.registry import lookup
 
-__all__ = ['Chip', 'CHIPS', 'CHIP_SOURCE', 'GpuChip', 'GPU_CHIPS', 'GPU_CHIP_SOURCE', 'DEVICE_KINDS', 'GPU_DEVICE_KINDS', 'named_chip', 'check_links']
+__all__ = ["Chip", "CHIPS", "CHIP_SOURCE", "GpuChip", "GPU_CHIPS", "GPU_CHIP_SOURCE", "DEVICE_KINDS",
+           "GPU_DEVICE_KINDS", "named_chip", "check_links"]
 
 
 # --------------------------------------------------------------------------

@@ -15,7 +15,8 @@ import sys
 import tempfile
 from contextlib import contextmanager
 
-__all__ = ['backends_started', 'cuda_plugin_installed', 'skip_cuda_without_driver', 'share_libtpu', 'quiet_libtpu', 'libtpu_noise']
+__all__ = ["backends_started", "cuda_plugin_installed", "skip_cuda_without_driver", "share_libtpu", "quiet_libtpu",
+           "libtpu_noise"]
 
 
 def backends_started() -> bool:

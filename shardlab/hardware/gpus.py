@@ -26,7 +26,8 @@ from shardlab.hardware.chips import GPU_CHIPS, Chip
 from shardlab.hardware.environment import cuda_plugin_installed, quiet_libtpu, skip_cuda_without_driver
 from shardlab.hardware.registry import lookup
 
-__all__ = ['GpuSpec', 'GPUS', 'SPEC_SOURCE', 'GpuTarget', 'GPU_TARGETS', 'GPUCompilerUnavailable', 'target_config', 'gpu_compiler_missing', 'compiling_for_gpu', 'gpu_devices']
+__all__ = ["GpuSpec", "GPUS", "SPEC_SOURCE", "GpuTarget", "GPU_TARGETS", "GPUCompilerUnavailable", "target_config",
+           "gpu_compiler_missing", "compiling_for_gpu", "gpu_devices"]
 
 
 #: Where the device facts come from: XLA's own target configs, one per GPU model.

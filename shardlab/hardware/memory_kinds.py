@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-__all__ = ['memory_kinds', 'missing_memory_kind', 'has_memory_kind']
+__all__ = ["memory_kinds", "missing_memory_kind", "has_memory_kind"]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from shardlab.hardware.gpus import GPU_TARGETS, GpuTarget, gpu_devices
 from shardlab.hardware.registry import lookup
 from shardlab.hardware.tpus import TARGETS, Target, TPUCompilerUnavailable, tpu_compiler_missing, tpu_devices
 
-__all__ = ['HERE', 'named_target', 'target_devices', 'target_mesh']
+__all__ = ["HERE", "named_target", "target_devices", "target_mesh"]
 
 
 #: The chapter's own devices (simulated CPU devices, or the accelerators ``setup_devices`` found).

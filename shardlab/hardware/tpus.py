@@ -19,7 +19,7 @@ from functools import lru_cache
 from shardlab.hardware.chips import CHIPS, Chip
 from shardlab.hardware.environment import quiet_libtpu, share_libtpu
 
-__all__ = ['Target', 'TARGETS', 'TPUCompilerUnavailable', 'tpu_compiler_missing', 'compiling_for_tpu', 'tpu_devices']
+__all__ = ["Target", "TARGETS", "TPUCompilerUnavailable", "tpu_compiler_missing", "compiling_for_tpu", "tpu_devices"]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ['bytes_all_gather', 'bytes_reduce_scatter', 'bytes_all_reduce', 'bytes_all_to_all', 'bytes_all_to_all_ring', 'bytes_permute', 'as_number']
+__all__ = ["bytes_all_gather", "bytes_reduce_scatter", "bytes_all_reduce", "bytes_all_to_all", "bytes_all_to_all_ring",
+           "bytes_permute", "as_number"]
 
 
 def _check_formula_args(name: str, nbytes, n) -> None:

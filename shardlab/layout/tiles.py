@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ['Layout', 'tile_map', 'layout_of', 'format_spec', 'format_mesh']
+__all__ = ["Layout", "tile_map", "layout_of", "format_spec", "format_mesh"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from shardlab.arguments import positive_int
 from shardlab.hardware.chips import named_chip
 from shardlab.models.time_model import ICI_HOP_LATENCY, AxisNetwork, Traffic, modelled_time
 
-__all__ = ['ring_matmul_time']
+__all__ = ["ring_matmul_time"]
 
 
 def ring_matmul_time(rows: int, contract: int, cols: int, devices: int, chip, *, network,

@@ -95,7 +95,10 @@ from shardlab.hardware.chips import CHIPS, DEVICE_KINDS, GPU_CHIPS, GPU_DEVICE_K
 from shardlab.programs.collectives import collectives_in_compiled
 from shardlab.programs.loops import collectives_per_step
 
-__all__ = ['ICI_HOP_LATENCY', 'LATENCY_SOURCE', 'AxisNetwork', 'Traffic', 'torus_wraparound', 'group_network', 'axis_network', 'shared_links', 'axis_links', 'mesh_network', 'compiled_traffic', 'step_traffic', 'modelled_time', 'modelled_passes', 'NVLINK_STEP_LATENCY', 'NETWORK_STEP_LATENCY', 'gpu_group_network', 'step_time']
+__all__ = ["ICI_HOP_LATENCY", "LATENCY_SOURCE", "AxisNetwork", "Traffic", "torus_wraparound", "group_network",
+           "axis_network", "shared_links", "axis_links", "mesh_network", "compiled_traffic", "step_traffic",
+           "modelled_time", "modelled_passes", "NVLINK_STEP_LATENCY", "NETWORK_STEP_LATENCY", "gpu_group_network",
+           "step_time"]
 
 
 #: Seconds one hop over an ICI link costs whatever the bytes, "typically around 1us" (``LATENCY_SOURCE``).

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from shardlab.arguments import positive_int
 from shardlab.programs.collectives import CollectiveReport, collectives_in
 
-__all__ = ['Transpose', 'TransposeTable', 'transposed_collectives', 'transpose_table', 'split_microbatches']
+__all__ = ["Transpose", "TransposeTable", "transposed_collectives", "transpose_table", "split_microbatches"]
 
 
 # --------------------------------------------------------------------------

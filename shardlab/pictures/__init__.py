@@ -3,12 +3,12 @@
 Every figure displays at twice its pixels, no wider than the page's column, with text of at least 9 pt
 as displayed and an alt text; explorers redraw in a live kernel and switch precomputed frames on the
 published page. Pictures draw what they are given and never compile (import-linter forbids
-:mod:`shardlab.programs.compile` here). Uses :mod:`shardlab.programs` (to draw a trace it read),
-:mod:`shardlab.hardware`, :mod:`shardlab.layout`, :mod:`shardlab.arguments`; never :mod:`shardlab.models`.
+``shardlab.programs.compile`` here). Uses ``shardlab.programs`` (to draw a trace it read),
+``shardlab.hardware``, ``shardlab.layout``, ``shardlab.arguments``; never ``shardlab.models``.
 
-* :mod:`~shardlab.pictures.display`: figure sizes, PNG encoding, alt text, tables for the page.
-* :mod:`~shardlab.pictures.draw`: layouts as heatmaps, meshes, a mesh's physical links.
-* :mod:`~shardlab.pictures.explore` and :mod:`~shardlab.pictures.static_player`: sliders, live and static.
-* :mod:`~shardlab.pictures.networks`: a GPU cluster and a TPU torus side by side.
-* :mod:`~shardlab.pictures.timeline`: one step of a profiler trace, a row per device.
+* ``shardlab.pictures.display``: figure sizes, PNG encoding, alt text, tables for the page.
+* ``shardlab.pictures.draw``: layouts as heatmaps, meshes, a mesh's physical links.
+* ``shardlab.pictures.explore`` and ``shardlab.pictures.static_player``: sliders, live and static.
+* ``shardlab.pictures.networks``: a GPU cluster and a TPU torus side by side.
+* ``shardlab.pictures.timeline``: one step of a profiler trace, a row per device.
 """

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from shardlab.programs.traces import Trace, _window
+from shardlab.programs.traces import Trace, step_window
 
-__all__ = ['COLORS', 'draw_timeline']
+__all__ = ["COLORS", "draw_timeline"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -39,7 +39,7 @@ def draw_timeline(trace: Trace, step: int, *, scopes: dict | None = None, width:
         raise ValueError(f"draw_timeline: scopes must be a dict {{op name: scope label}} or None, got {scopes!r}")
     if isinstance(width, bool) or not isinstance(width, (int, float)) or not 2 <= width <= _MAX_W_IN:
         raise ValueError(f"draw_timeline: width must be a number of inches from 2 to {_MAX_W_IN}, got {width!r}")
-    lo, hi = _window(trace, step)
+    lo, hi = step_window(trace, step)
     labels = sorted({v for v in (scopes or {}).values() if v})
     color_of = {s: _SCOPE_COLORS[i % len(_SCOPE_COLORS)] for i, s in enumerate(labels)}
     n = len(trace.devices)

@@ -20,7 +20,7 @@ from shardlab.hardware.environment import libtpu_noise
 from shardlab.hardware.memory_kinds import memory_kinds
 from shardlab.programs.collectives import CollectiveReport, collectives_in_compiled, device_assignment
 
-__all__ = ['CompiledProgram', 'ProgramMemory', 'MemoryKindWarning', 'compile_for']
+__all__ = ["CompiledProgram", "ProgramMemory", "MemoryKindWarning", "compile_for"]
 
 
 class MemoryKindWarning(UserWarning):

@@ -348,7 +348,8 @@ def _union(intervals) -> float:
     return total
 
 
-def _window(trace: Trace, step: int) -> tuple[float, float]:
+def step_window(trace: Trace, step: int) -> tuple[float, float]:
+    """When step ``step`` of ``trace`` runs: its first op's start and its last op's end, in microseconds."""
     ops = trace.ops_in(step)
     return min(op.start for op in ops), max(op.end for op in ops)
 
@@ -364,7 +365,7 @@ def time_breakdown(trace: Trace, step: int) -> dict:
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"time_breakdown: trace must be a Trace (read_trace), got {type(trace).__name__}")
-    lo, hi = _window(trace, step)
+    lo, hi = step_window(trace, step)
     out = {}
     for d in trace.devices:
         ops = trace.ops_in(step, d)

@@ -13,7 +13,7 @@ with quiet_libtpu():    # some jaxlibs with the CUDA plugin log "no CUDA driver"
 
 from shardlab.pictures.display import set_figure_defaults
 
-__all__ = ['setup_devices', 'DEFAULT_DEVICE_COUNT']
+__all__ = ["setup_devices", "DEFAULT_DEVICE_COUNT"]
 
 
 DEFAULT_DEVICE_COUNT = 8
