@@ -28,15 +28,15 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import matplotlib  # noqa: E402
+import matplotlib   # noqa: E402
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+import matplotlib.pyplot as plt   # noqa: E402
+from matplotlib.patches import Rectangle   # noqa: E402
 
-from shardlab.pictures.draw import device_color
-from shardlab.pictures.explore import sharding_explorer
-from shardlab.layout.tiles import tile_map
+from shardlab.pictures.draw import device_color  # noqa: E402
+from shardlab.pictures.explore import sharding_explorer  # noqa: E402
+from shardlab.layout.tiles import tile_map  # noqa: E402
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 rows: list[tuple[str, str, str, str]] = []

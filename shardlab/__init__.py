@@ -32,6 +32,7 @@ from shardlab.layout.tiles import Layout, layout_of, tile_map
 from shardlab.hardware.chips import CHIPS, GPU_CHIPS, Chip, GpuChip
 from shardlab.hardware.gpus import (GPU_TARGETS, GPUCompilerUnavailable, GpuTarget, compiling_for_gpu,
                                     gpu_compiler_missing)
+from shardlab.hardware.links import hops, physical_links
 from shardlab.hardware.memory_kinds import has_memory_kind, memory_kinds, missing_memory_kind
 from shardlab.hardware.targets import HERE, target_devices, target_mesh
 from shardlab.hardware.tpus import TARGETS, Target, TPUCompilerUnavailable, compiling_for_tpu, tpu_compiler_missing
@@ -45,13 +46,12 @@ from shardlab.programs.schedule import (AsyncWindow, ScheduledOp, async_windows,
 from shardlab.programs.traces import (DeviceOp, InstructionSource, MemorySample, Trace, Wait, hlo_sources, op_kind,
                                       op_totals, read_memory_profile, read_trace, scope_of, time_breakdown, trace_file)
 from shardlab.models.ring_matmul import ring_matmul_time
-from shardlab.models.time_model import (ICI_HOP_LATENCY, AxisNetwork, Traffic, axis_links, axis_network,
-                                        compiled_traffic, gpu_group_network, group_network, mesh_network,
-                                        modelled_passes, modelled_time, shared_links, step_time, step_traffic,
-                                        torus_wraparound)
+from shardlab.models.network import (ICI_HOP_LATENCY, AxisNetwork, Traffic, axis_links, axis_network, compiled_traffic,
+                                     gpu_group_network, group_network, mesh_network, shared_links, step_traffic,
+                                     torus_wraparound)
+from shardlab.models.time_model import modelled_passes, modelled_time, step_time
 from shardlab.pictures.display import markdown_table
-from shardlab.pictures.draw import (PALETTE, ShardFigure, device_color, draw_links, draw_mesh, draw_sharding, hops,
-                                    physical_links)
+from shardlab.pictures.draw import PALETTE, ShardFigure, device_color, draw_links, draw_mesh, draw_sharding
 from shardlab.pictures.explore import Explorer, explorer, sharding_explorer
 from shardlab.pictures.timeline import draw_timeline
 from shardlab.parallelism.attention import (block_kinds, causal_work, kv_block_at, longest_sequence,

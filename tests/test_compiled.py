@@ -575,7 +575,7 @@ def test_element_widths_are_those_xla_and_ml_dtypes_give():
 
     import ml_dtypes
 
-    from shardlab.programs.hlo import _Array, _BITS
+    from shardlab.programs.hlo import BITS, Array
 
     count, seen, refused = 1024, set(), []
     for name in DTYPES:
@@ -595,7 +595,7 @@ def test_element_widths_are_those_xla_and_ml_dtypes_give():
         layout = re.search(r"entry_computation_layout=\{\((\w+)\[(\d+)\]\{([^}]*)\}", text)
         hlo, packed = layout.group(1), re.search(r"E\((\d+)\)", layout.group(3))
         seen.add(hlo)
-        nbytes = _Array(hlo, (count,)).nbytes
+        nbytes = Array(hlo, (count,)).nbytes
         # XLA's own size of the buffer, and the width ml_dtypes gives: sub-byte types packed where XLA's
         # layout says so (E(bits)), one element per byte (or more) otherwise.
         assert nbytes == compiled.memory_analysis().argument_size_in_bytes, name
@@ -607,7 +607,7 @@ def test_element_widths_are_those_xla_and_ml_dtypes_give():
     assert seen >= {"pred", "s4", "u4", "s8", "bf16", "f32", "s64", "f64", "c128", "f8e4m3fn", "f8e5m2", "f4e2m1fn"}
     # Every width shardlab knows is checked here (the 6-bit floats only where XLA compiles them).
     unchecked = {"f6e2m3fn", "f6e3m2fn"} if refused else set()
-    assert set(_BITS) - {"token"} - seen == unchecked, "a width no dtype of JAX checks"
+    assert set(BITS) - {"token"} - seen == unchecked, "a width no dtype of JAX checks"
     assert set(refused) <= {"float6_e2m3fn", "float6_e3m2fn"}
 
 

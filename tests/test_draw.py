@@ -276,7 +276,8 @@ def test_subtitle_wraps_to_a_narrow_panel():
 from dataclasses import dataclass  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
-from shardlab.pictures.draw import draw_links, hops, physical_links
+from shardlab.hardware.links import hops, physical_links
+from shardlab.pictures.draw import draw_links
 
 
 @dataclass(eq=False, frozen=True)

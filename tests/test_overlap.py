@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 
 from shardlab.hardware.chips import CHIPS
-from shardlab.models.time_model import AxisNetwork
+from shardlab.models.network import AxisNetwork
 from shardlab.models.ring_matmul import ring_matmul_time
 from shardlab.programs.schedule import async_windows, scheduled_order
 

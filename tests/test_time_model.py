@@ -19,9 +19,8 @@ from shardlab.models.time_model import step_time
 from shardlab.parallelism.strategies import MLPSizes, compute_bound_from, mlp_pass_flops, step_times
 from fractions import Fraction
 
-from shardlab.models.time_model import (AxisNetwork, ICI_HOP_LATENCY, LATENCY_SOURCE, Traffic, axis_links,
-                                        axis_network, compiled_traffic, group_network, mesh_network, modelled_passes,
-                                        modelled_time, shared_links, torus_wraparound)
+from shardlab.models.network import AxisNetwork, ICI_HOP_LATENCY, LATENCY_SOURCE, Traffic, axis_links, axis_network, compiled_traffic, group_network, mesh_network, shared_links, torus_wraparound
+from shardlab.models.time_model import modelled_passes, modelled_time
 
 DEVICES = shardlab.setup_devices(8)  # at import, before anything else starts JAX
 
@@ -376,7 +375,8 @@ def test_modelled_passes_hides_each_pass_behind_its_own_arithmetic():
 
 from shardlab.hardware.chips import GPU_CHIPS
 from shardlab.layout.ring_bytes import bytes_all_gather
-from shardlab.models.time_model import NETWORK_STEP_LATENCY, NVLINK_STEP_LATENCY, gpu_group_network, modelled_time
+from shardlab.models.network import NETWORK_STEP_LATENCY, NVLINK_STEP_LATENCY, gpu_group_network
+from shardlab.models.time_model import modelled_time
 
 H100 = GPU_CHIPS["H100"]
 

@@ -100,7 +100,7 @@ class GpuTarget:
     """A named GPU cluster: ``hosts`` nodes of ``gpus_per_host`` GPUs of ``spec``, with its ``chip`` figures.
 
     The GPUs of one host share an NVLink domain (the node); hosts talk over the network between nodes
-    (``shardlab.models.time_model``'s GPU part models both).
+    (``shardlab.models.network``'s GPU part models both).
     """
 
     name: str

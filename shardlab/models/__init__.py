@@ -4,7 +4,8 @@ Everything here is *modelled*, never measured. It may read program reports (``sh
 and uses ``shardlab.hardware``, ``shardlab.layout`` and ``shardlab.arguments``; it draws
 nothing (``shardlab.pictures`` sits beside it, and neither imports the other).
 
-* ``shardlab.models.time_model``: links and hops per mesh axis from the topology, a latency per
-  collective, and the modelled time of a step or of each pass.
+* ``shardlab.models.network``: links and hops per mesh axis, from the TPU topology or the GPU
+  cluster; a program's collectives as traffic over them.
+* ``shardlab.models.time_model``: a step's flops and traffic turned into modelled time, per step or pass.
 * ``shardlab.models.ring_matmul``: an all-gather matmul as a ring of sends, with and without overlap.
 """

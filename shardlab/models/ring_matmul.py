@@ -11,7 +11,8 @@ import numpy as np
 
 from shardlab.arguments import positive_int
 from shardlab.hardware.chips import named_chip
-from shardlab.models.time_model import ICI_HOP_LATENCY, AxisNetwork, Traffic, modelled_time
+from shardlab.models.network import ICI_HOP_LATENCY, AxisNetwork, Traffic
+from shardlab.models.time_model import modelled_time
 
 __all__ = ["ring_matmul_time"]
 

@@ -33,12 +33,14 @@ Strategies (``data`` and ``model`` are mesh axis sizes):
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from shardlab.arguments import positive_int as _positive_int
 from shardlab.layout.ring_bytes import bytes_all_gather, bytes_all_reduce, bytes_reduce_scatter
-from shardlab.models.time_model import AxisNetwork, Traffic, modelled_passes
+from shardlab.models.network import AxisNetwork, Traffic
+from shardlab.models.time_model import modelled_passes
+from shardlab.programs.hlo import parse_module
 
 __all__ = [
     "STRATEGIES",
@@ -367,9 +369,6 @@ def _replace(sizes: MLPSizes, **changes) -> MLPSizes:
     return MLPSizes(**fields)
 
 
-_OP_NAME_RE = re.compile(r'op_name="([^"]*)"')
-
-
 def _top_level_parts(name: str) -> list[str]:
     # A combined instruction is named "prefix/(a:b:c)": split at ':' outside inner brackets.
     start = name.find("/(")
@@ -386,21 +385,26 @@ def _top_level_parts(name: str) -> list[str]:
     return parts
 
 
-_COMPUTATION_RE = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$", re.M)
+@lru_cache(maxsize=8)
+def _module(text: str):
+    return parse_module(text)     # phase_of asks once per collective of the same report
 
 
-def _caller_op_name(text: str, at: int):
-    """The op_name of the instruction that calls the computation holding position ``at`` (a fusion, say).
+def _op_name(module, name: str) -> str | None:
+    """The op_name JAX gave instruction ``name``, or that of the instruction calling its computation.
 
     XLA:TPU moves a collective into a fused computation of its own (e.g. the all-reduce of an
     ``all-reduce-scatter`` fusion) and leaves the name JAX gave it on the fusion that calls it.
     """
-    heads = [m for m in _COMPUTATION_RE.finditer(text, 0, at)]
-    if not heads:
+    found = next((ins for ins in module.instructions if ins.name == name), None)
+    if found is None:
         return None
-    callee = re.escape(heads[-1].group(1))
-    call = re.search(rf"^.*(?:calls|to_apply)=%?{callee}\b.*$", text, re.M)
-    return _OP_NAME_RE.search(call.group(0)) if call else None
+    op = (found.metadata or {}).get("op_name")
+    if op is None and found.computation is not None:
+        callers = [ins for ins, _ in module.calls().get(found.computation, ())
+                   if found.computation in (ins.called("calls"), ins.called("to_apply"))]
+        op = (callers[0].metadata or {}).get("op_name") if callers else None
+    return op
 
 
 def phase_of(collective, report) -> str:
@@ -419,11 +423,8 @@ def phase_of(collective, report) -> str:
         raise ValueError(f"collective must be a shardlab Collective, got {type(collective).__name__}")
     if not isinstance(text, str):
         raise ValueError(f"report must be a CollectiveReport, got {type(report).__name__}")
-    line = re.search(rf"^\s*(?:ROOT\s+)?%?{re.escape(name)}\s*=.*$", text, re.M)
-    op = _OP_NAME_RE.search(line.group(0)) if line else None
-    if op is None and line is not None:
-        op = _caller_op_name(text, line.start())
+    op = _op_name(_module(text), name)
     if op is None:
         raise ValueError(f"report has no op_name metadata for {name!r}")
-    phases = {"backward" if "transpose(" in part else "forward" for part in _top_level_parts(op.group(1))}
+    phases = {"backward" if "transpose(" in part else "forward" for part in _top_level_parts(op)}
     return "+".join(p for p in ("forward", "backward") if p in phases)

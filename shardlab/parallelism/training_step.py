@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec as P
 
-from shardlab.models.time_model import Traffic, step_traffic
+from shardlab.models.network import Traffic, step_traffic
 from shardlab.parallelism.strategies import phase_of
 from shardlab.programs.compile import compile_for
 
@@ -95,7 +95,7 @@ def step_passes(program, mesh, *, layers: int, d: int, rows: int, hidden: int | 
     model). Returns ``(passes, network)``: ``passes = {"forward": (flops, [Traffic]), "backward": (flops,
     [Traffic])}``, with :func:`step_flops` spread evenly over the devices, 2 of its 7 products in the forward
     pass and 5 in the backward pass (the recomputation runs there); each collective of the program counted
-    once per run (:func:`shardlab.models.time_model.step_traffic`) in the pass it serves, read from the program
+    once per run (:func:`shardlab.models.network.step_traffic`) in the pass it serves, read from the program
     (:func:`shardlab.parallelism.strategies.phase_of`: a collective of both passes, or of neither, counts as backward);
     ``network``: the network of each mesh axis.
     """

@@ -27,11 +27,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
+from shardlab.hardware.links import chip_coords, hops
 from shardlab.layout.tiles import Layout, format_mesh, layout_of, normalise_mesh, tile_map
 from shardlab.pictures.display import COLUMN_PX, CSS_PX_PER_INCH, figure_bundle, page_image, quantize, text_scale
 
-__all__ = ["PALETTE", "device_color", "draw_sharding", "draw_mesh", "draw_links", "physical_links", "hops",
-           "Sheet", "sheet_for", "ShardFigure", "png_bytes"]
+__all__ = ["PALETTE", "device_color", "draw_sharding", "draw_mesh", "draw_links", "Sheet", "sheet_for", "ShardFigure",
+           "png_bytes"]
 
 # tab20 reordered: ids 0-9 get the ten tab10 colours, ids 10-19 their lighter twins; then it repeats.
 _TAB20 = ['#1f77b4', '#aec7e8', '#ff7f0e', '#ffbb78', '#2ca02c', '#98df8a', '#d62728', '#ff9896',
@@ -1056,34 +1057,6 @@ def draw_mesh(mesh, *, ax=None, title: str | None = None, device_ids=None, figsi
     return sheet_for(fig).draw(layout, title=title, kind="mesh")
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Physical links: where the chips of a mesh sit, and which mesh neighbours are joined by a direct link
-
-
-def _chip_coords(device) -> tuple[int, ...]:
-    coords = getattr(device, "coords", None)
-    if coords is None:
-        raise ValueError(f"device {getattr(device, 'id', device)!r} has no coords: only TPU devices (or stand-ins "
-                         "carrying coords) know where their chip sits")
-    return tuple(int(c) for c in coords)
-
-
-def hops(a, b) -> int:
-    """Direct links between the chips of devices ``a`` and ``b`` on a grid without wrap-around (0: same chip)."""
-    return sum(abs(p - q) for p, q in zip(_chip_coords(a), _chip_coords(b)))
-
-
-def physical_links(devices) -> list[tuple[int, int]]:
-    """Pairs of device ids (smaller first, sorted) whose chips are one direct link apart, or on one chip.
-
-    Devices are anything with ``id`` and ``coords`` (TPU devices; the book's stand-ins). The grid is taken
-    without wrap-around links, as on a TPU board; a torus's closing links are not listed.
-    """
-    devs = list(devices)
-    return sorted((min(a.id, b.id), max(a.id, b.id)) for i, a in enumerate(devs) for b in devs[i + 1:]
-                  if hops(a, b) <= 1)
-
-
 def _axis_groups(mesh, axis: str) -> list[list]:
     names = tuple(mesh.axis_names)
     if axis not in names:
@@ -1107,7 +1080,7 @@ def draw_links(mesh, axis: str, *, ax=None, title: str | None = None, figsize=No
 
     devs = list(np.asarray(mesh.devices).flat)
     groups = _axis_groups(mesh, axis)
-    coords = {d.id: _chip_coords(d) for d in devs}
+    coords = {d.id: chip_coords(d) for d in devs}
     dims = max(len(c) for c in coords.values())
     full = {i: c + (0,) * (3 - len(c)) for i, c in coords.items()}
     width = max(c[0] for c in full.values()) + 1

@@ -33,20 +33,19 @@ from shardlab.layout.ring_bytes import (
     bytes_reduce_scatter,
 )
 from shardlab.programs.hlo import (
-    _COMMENT_RE,
-    _COMPUTATION_RE,
     KINDS,
-    _Array,
-    _flat,
-    _ints,
-    _one_or_all,
-    _parse_instruction,
-    _parse_shape,
-    _replica_groups,
-    _source_target_pairs,
+    Array,
+    arrays,
+    async_dones,
+    async_half,
+    parse_module,
+    parse_shape,
+    replica_groups,
+    source_target_pairs,
 )
 
-__all__ = ['KINDS', 'Collective', 'CollectiveReport', 'collectives_in', 'collectives_in_compiled', 'collectives_in_text', 'device_assignment']
+__all__ = ["KINDS", "Collective", "CollectiveReport", "collectives_in", "collectives_in_compiled",
+           "collectives_in_text", "device_assignment"]
 
 
 @dataclass(frozen=True)
@@ -97,12 +96,12 @@ class Collective:
     @property
     def operand_bytes(self) -> int:
         """Bytes of the operand(s) on one device."""
-        return sum(_Array(d, s).nbytes for d, s in zip(self.dtypes, self.operand_shapes))
+        return sum(Array(d, s).nbytes for d, s in zip(self.dtypes, self.operand_shapes))
 
     @property
     def result_bytes(self) -> int:
         """Bytes of the result(s) on one device."""
-        return sum(_Array(d, s).nbytes for d, s in zip(self.dtypes, self.result_shapes))
+        return sum(Array(d, s).nbytes for d, s in zip(self.dtypes, self.result_shapes))
 
     @property
     def group_size(self) -> int | None:
@@ -120,7 +119,7 @@ class Collective:
 
     def _shapes_text(self) -> str:
         def text(shapes):
-            items = [str(_Array(d, s)) for d, s in zip(self.dtypes, shapes)]
+            items = [str(Array(d, s)) for d, s in zip(self.dtypes, shapes)]
             if len(items) == 1:
                 return items[0]
             if len(items) > 2 and len(set(items)) == 1:
@@ -145,6 +144,10 @@ class Collective:
     def __str__(self) -> str:
         return (f"{self.kind} {self._shapes_text()}, {self.groups_text()}, "
                 f"{_fmt_bytes(self.bytes_per_device)} bytes sent per device ({self.model} model)")
+
+
+def _one_or_all(items: tuple):
+    return items[0] if len(items) == 1 else items
 
 
 def _fmt_bytes(x) -> str:
@@ -269,49 +272,29 @@ class CollectiveReport(Sequence):
 
 def _host_collective_calls(text: str) -> int:
     """The ``MegaScaleCollective*`` custom-calls inside computations marked ``execution_thread="host"``."""
-    count, inside = 0, 0
-    for raw in text.splitlines():
-        line = _COMMENT_RE.sub("", raw)
-        if _COMPUTATION_RE.match(line):
-            inside = 0
-        elif line.startswith("}"):
-            if 'execution_thread="host"' in line:
-                count += inside
-            inside = 0
-        elif re.search(r'custom_call_target="MegaScaleCollective\w*"', line):
-            inside += 1
-    return count
-
-
-def _header_devices(text: str) -> int | None:
-    m = re.search(r"^\s*HloModule\b[^\n]*", text, re.M)
-    if not m:
-        return None
-    head = m.group(0)
-    parts = re.search(r"num_partitions=(\d+)", head)
-    reps = re.search(r"replica_count=(\d+)", head)
-    if not parts and not reps:
-        return 1  # XLA leaves both out when they are 1
-    return (int(parts.group(1)) if parts else 1) * (int(reps.group(1)) if reps else 1)
+    return sum(1 for comp in parse_module(text).computations.values() if comp.execution_thread == "host"
+               for ins in comp.instructions
+               if re.fullmatch(r"MegaScaleCollective\w*", ins.custom_call_target or ""))
 
 
 def _kind_of(opcode: str) -> tuple[str | None, bool]:
+    base, half = async_half(opcode)
     if opcode in KINDS:
         return opcode, False
-    if opcode.endswith("-start") and opcode[:-len("-start")] in KINDS:
-        return opcode[:-len("-start")], True
+    if half == "start" and base in KINDS:
+        return base, True
     return None, False
 
 
-def _fallback_operands(kind: str, results: list[_Array], n: int, dims: tuple, is_async, shape) -> list[_Array]:
+def _fallback_operands(kind: str, results: list[Array], n: int, dims: tuple, is_async, shape) -> list[Array]:
     # Operand shapes when the text does not say them (a lone instruction line).
     if is_async and kind in ("all-gather", "collective-permute") and isinstance(shape, tuple) and len(shape) >= 2:
-        return _flat(shape[0])
+        return arrays(shape[0])
     if kind == "all-gather" and dims:
-        return [_Array(r.dtype, tuple(s // n if i == dims[0] else s for i, s in enumerate(r.shape)))
+        return [Array(r.dtype, tuple(s // n if i == dims[0] else s for i, s in enumerate(r.shape)))
                 for r in results]
     if kind == "reduce-scatter" and dims:
-        return [_Array(r.dtype, tuple(s * n if i == dims[0] else s for i, s in enumerate(r.shape)))
+        return [Array(r.dtype, tuple(s * n if i == dims[0] else s for i, s in enumerate(r.shape)))
                 for r in results]
     return list(results)
 
@@ -345,70 +328,56 @@ def collectives_in_text(hlo_text: str, *, num_devices: int | None = None, device
     if num_devices is not None and (isinstance(num_devices, bool) or not isinstance(num_devices, int)
                                     or num_devices < 1):
         raise ValueError(f"collectives_in_text: num_devices must be a positive integer, got {num_devices!r}")
+    module = parse_module(hlo_text)
     if num_devices is None:
-        num_devices = _header_devices(hlo_text)
+        num_devices = module.num_devices
+    comps = module.computations
 
-    instrs, home, computations = [], {}, {}
-    comp = None
-    for raw in hlo_text.splitlines():
-        line = _COMMENT_RE.sub("", raw)
-        if (head := _COMPUTATION_RE.match(line)) is not None:
-            comp = head.group(1)
-            computations[comp] = {"result": head.group(2), "root_target": None}
-            continue
-        if "=" not in line:
-            continue
-        ins = _parse_instruction(line)
-        if ins is not None:
-            instrs.append(ins)
-            home[id(ins)] = comp
-            if comp is not None and line.lstrip().startswith("ROOT") and \
-                    (target := re.search(r'custom_call_target="(\w+)"', ins.attrs)):
-                computations[comp]["root_target"] = target.group(1)
+    def root_target(comp):
+        return comp.root.custom_call_target if comp.root is not None else None
+
     # XLA:TPU wraps an overlapped collective in three fused computations (start, work, done), each
     # holding a copy of it: the one under AsyncCollectiveStart is counted, as asynchronous; the others not.
-    copies = {c for c, info in computations.items()
-              if info["root_target"] == "AsyncCollectiveDone" or c.startswith("async_collective_fusion")}
-    starts = {c for c, info in computations.items() if info["root_target"] == "AsyncCollectiveStart"}
-    shapes = {i.name: i.shape for i in instrs}
-    done_shape = {}
-    for i in instrs:
-        if i.opcode.endswith("-done") and i.operands:
-            done_shape[i.operands[0][0]] = i.shape
+    copies = {c for c, comp in comps.items()
+              if root_target(comp) == "AsyncCollectiveDone" or c.startswith("async_collective_fusion")}
+    starts = {c for c, comp in comps.items() if root_target(comp) == "AsyncCollectiveStart"}
+    shapes = {i.name: i.shape for i in module.instructions}
+    done_shape = {start: done.shape for start, done in async_dones(module.instructions).items()}
 
     found = []
-    for ins in instrs:
+    for ins in module.instructions:
         kind, is_async = _kind_of(ins.opcode)
-        if kind is None or home.get(id(ins)) in copies:
+        if kind is None or ins.computation in copies:
             continue
-        is_async = is_async or home.get(id(ins)) in starts
+        is_async = is_async or ins.computation in starts
         # XLA:TPU's reduce-scatter: an all-reduce and a slice fused into a computation of that name.
-        fused_scatter = kind == "all-reduce" and (home.get(id(ins)) or "").startswith("all-reduce-scatter")
-        pairs = _source_target_pairs(ins.attrs) if kind == "collective-permute" else None
-        groups = [] if kind == "collective-permute" else _replica_groups(ins.attrs, num_devices)
+        fused_scatter = kind == "all-reduce" and (ins.computation or "").startswith("all-reduce-scatter")
+        pairs = source_target_pairs(ins.attributes) if kind == "collective-permute" else None
+        groups = [] if kind == "collective-permute" else replica_groups(ins.attributes, num_devices)
         if groups is None:
             if num_devices is None:
                 raise ValueError(f"{ins.name}: no replica_groups and an unknown number of devices: "
                                  "pass num_devices=")
             groups = [list(range(num_devices))]
         n = len(groups[0]) if groups else 1
-        dims = tuple(_ints(m.group(1))) if (m := re.search(r"dimensions=\{([\d,\s]*)\}", ins.attrs)) else ()
+        dims = ins.dimensions
 
         # What one device gets: the -done's shape for an async pair.
         if is_async and ins.name in done_shape:
-            results = _flat(done_shape[ins.name])
+            results = arrays(done_shape[ins.name])
         elif is_async and kind == "all-gather" and isinstance(ins.shape, tuple) and len(ins.shape) == 2:
-            results = _flat(ins.shape[1])
+            results = arrays(ins.shape[1])
         elif is_async and kind == "collective-permute" and isinstance(ins.shape, tuple):
-            results = _flat(ins.shape[1])
+            results = arrays(ins.shape[1])
         elif fused_scatter:
-            results = _flat(_parse_shape(computations[home[id(ins)]]["result"]))
+            head = comps[ins.computation].result_text        # the fused computation's result: the slice
+            results = arrays(parse_shape(head) if head else ins.shape)
             kind = "reduce-scatter"
         else:
-            results = _flat(ins.shape)
+            results = arrays(ins.shape)
         operand_arrays = [s if s is not None else shapes.get(name) for name, s in ins.operands]
         if ins.operands and all(s is not None for s in operand_arrays):
-            operands = [a for s in operand_arrays for a in _flat(s)]
+            operands = [a for s in operand_arrays for a in arrays(s)]
         else:
             operands = _fallback_operands(kind, results, n, dims, is_async, ins.shape)
         if kind == "collective-permute":
@@ -466,7 +435,8 @@ def collectives_in_compiled(compiled) -> CollectiveReport:
                          f"jax.jit(f).lower(...).compile()) or a Lowered, got {type(compiled).__name__}")
     text = compiled.as_text()
     ids = _assignment(compiled)
-    return collectives_in_text(text, num_devices=len(ids) if ids and _header_devices(text) is None else None,
+    known = parse_module(text).num_devices
+    return collectives_in_text(text, num_devices=len(ids) if ids and known is None else None,
                                device_ids=ids)
 
 

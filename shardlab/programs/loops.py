@@ -11,15 +11,16 @@ loop read from the program's text (XLA:TPU records none).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 
 from shardlab.programs.collectives import collectives_in_compiled
-from shardlab.programs.hlo import _COMMENT_RE as _HLO_COMMENT
-from shardlab.programs.hlo import _parse_instruction as _parse_hlo_instruction
+from shardlab.programs.hlo import Array, Computation, Instruction, Module, parse_module
 
-__all__ = ['LoopedCollective', 'StepCollectives', 'collectives_per_step']
+__all__ = ["LoopedCollective", "StepCollectives", "collectives_per_step"]
 
 
 # --------------------------------------------------------------------------
@@ -27,143 +28,75 @@ __all__ = ['LoopedCollective', 'StepCollectives', 'collectives_per_step']
 # --------------------------------------------------------------------------
 
 
-_COMPUTATION_HEAD = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*->.*\{\s*$")
-
-
-_INSTR_NAME = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=")
-
-
-_CALLED = re.compile(r"(?:calls|to_apply|body|condition|branch_computations)=(\{[^}]*\}|%?[\w.\-]+)")
-
-
-_TRIPS = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)"?')
-
-
-_BODY = re.compile(r"body=%?([\w.\-]+)")
-
-
-def _computations(text: str) -> tuple[dict, str | None]:
-    """``({computation name: [its instruction lines]}, name of the ENTRY computation)`` of HLO text."""
-    comps, current, entry = {}, None, None
-    for line in text.splitlines():
-        head = _COMPUTATION_HEAD.match(line)
-        if head:
-            current = head.group(1)
-            comps[current] = []
-            if line.startswith("ENTRY"):
-                entry = current
-        elif line.startswith("}"):
-            current = None
-        elif current is not None:
-            comps[current].append(line)
-    return comps, entry
-
-
 # --- The trip count of a counted loop, where XLA recorded none -------------------------------------------
 
 
-_COUNTER_SHAPE = re.compile(r"^(s32|s64|u32)\[\]$")      # a scalar s32, s64 or u32
+_NONE = Computation("")         # what a missing computation reads as: no instructions
 
 
-_INDEX = re.compile(r"(?:^|,)\s*index=(\d+)")
+def _is_counter(instr: Instruction) -> bool:
+    """Whether the instruction gives a scalar s32, s64 or u32 (a loop counter's type)."""
+    return isinstance(instr.shape, Array) and instr.shape.dtype in ("s32", "s64", "u32") and instr.shape.shape == ()
 
 
-_DIRECTION = re.compile(r"(?:^|,)\s*direction=(\w+)")
-
-
-_CONDITION = re.compile(r"condition=%?([\w.\-]+)")
-
-
-@dataclass(frozen=True)
-class _Instr:
-    """One HLO instruction as the loop reading needs it: shape, opcode, operand names (or a constant's
-    literal), attributes, and whether it is its computation's ROOT."""
-
-    shape: str
-    opcode: str
-    operands: tuple
-    attrs: str
-    root: bool
-
-
-def _parsed(comps: dict) -> dict:
-    """``{computation: {instruction name: _Instr}}`` of :func:`_computations`'s output, each line read
-    by the same parser as the collectives (``shardlab.programs.collectives``)."""
-    out = {}
-    for name, lines in comps.items():
-        instrs = {}
-        for line in lines:
-            ins = _parse_hlo_instruction(_HLO_COMMENT.sub("", line))
-            if ins is not None:
-                instrs[ins.name] = _Instr(str(ins.shape), ins.opcode, tuple(n for n, _ in ins.operands),
-                                          ins.attrs.lstrip(", "), line.lstrip().startswith("ROOT"))
-        out[name] = instrs
-    return out
-
-
-_CALLS = re.compile(r"(?:^|,)\s*calls=%?([\w.\-]+)")
-
-
-def _unwrapped(parsed: dict, instr):
+def _unwrapped(module: Module, instr):
     """A ``fusion`` that wraps one instruction (its computation: ``parameter(0)``, ``parameter(1)``, ...
     and a ROOT reading each parameter once, in order, as XLA:CPU wraps a lone ``add`` or ``compare``)
     as that instruction applied to the fusion's operands; any other instruction unchanged."""
     if instr is None or instr.opcode != "fusion":
         return instr
-    called = _CALLS.search(instr.attrs)
-    comp = parsed.get(called.group(1)) if called else None
+    called = instr.called("calls")
+    comp = module.computations.get(called) if called else None
     if not comp:
         return instr
-    roots = [i for i in comp.values() if i.root]
-    params = {n: i for n, i in comp.items() if i.opcode == "parameter"}
+    roots = [i for i in comp if i.is_root]
+    params = {i.name: i for i in comp if i.opcode == "parameter"}
     if len(roots) != 1 or len(comp) != len(params) + 1 or len(params) != len(instr.operands):
         return instr
     root = roots[0]
     if len(root.operands) != len(params) or any(
-            op not in params or params[op].operands != (str(n),) for n, op in enumerate(root.operands)):
+            op not in params or params[op].operand_names != (str(n),) for n, op in enumerate(root.operand_names)):
         return instr
-    return _Instr(instr.shape, root.opcode, instr.operands, root.attrs, instr.root)
+    return dataclasses.replace(instr, opcode=root.opcode, attributes=root.attributes)
 
 
-def _through_copies(instrs: dict, name: str, parsed: dict | None = None):
+def _through_copies(comp: Computation, name: str, module: Module | None = None):
     """The instruction ``name`` stands for once ``copy`` instructions (which pass their operand's value
     through unchanged) are followed back to their source, and a fusion wrapping one instruction is read
-    as that instruction (:func:`_unwrapped`, where ``parsed`` is given); ``None`` if it is not in
-    ``instrs``."""
+    as that instruction (:func:`_unwrapped`, where ``module`` is given); ``None`` if it is not in
+    ``comp``."""
     seen = set()
-    while name in instrs and instrs[name].opcode == "copy" and len(instrs[name].operands) == 1 \
-            and name not in seen:
+    while name in comp and comp[name].opcode == "copy" and len(comp[name].operands) == 1 and name not in seen:
         seen.add(name)
-        name = instrs[name].operands[0]
-    return _unwrapped(parsed, instrs.get(name)) if parsed is not None else instrs.get(name)
+        name = comp[name].operand_names[0]
+    return _unwrapped(module, comp.get(name)) if module is not None else comp.get(name)
 
 
 def _integer_constant(instr) -> int | None:
     """The value of a scalar s32/s64/u32 ``constant``, else ``None``."""
-    if instr is None or instr.opcode != "constant" or not _COUNTER_SHAPE.match(instr.shape) \
-            or len(instr.operands) != 1:
+    if instr is None or instr.opcode != "constant" or not _is_counter(instr) or len(instr.operands) != 1:
         return None
     try:
-        return int(instr.operands[0])
+        return int(instr.operand_names[0])
     except ValueError:
         return None
 
 
-def _parameter_element(instrs: dict, name: str) -> int | None:
+def _parameter_element(comp: Computation, name: str) -> int | None:
     """``k`` where ``name`` is (copies of) ``get-tuple-element(parameter(0), index=k)`` of a scalar counter."""
-    gte = _through_copies(instrs, name)
-    if gte is None or gte.opcode != "get-tuple-element" or len(gte.operands) != 1 \
-            or not _COUNTER_SHAPE.match(gte.shape):
+    gte = _through_copies(comp, name)
+    if gte is None or gte.opcode != "get-tuple-element" or len(gte.operands) != 1 or not _is_counter(gte):
         return None
-    param = instrs.get(gte.operands[0])
-    index = _INDEX.search(gte.attrs)
-    if param is None or param.opcode != "parameter" or param.operands != ("0",) or not index:
+    param = comp.get(gte.operand_names[0])
+    index = gte.attribute("index")
+    if param is None or param.opcode != "parameter" or param.operand_names != ("0",) \
+            or not re.fullmatch(r"\d+", index or ""):
         return None
-    return int(index.group(1))
+    return int(index)
 
 
-def _counted_loop_trips(parsed: dict, caller: str, while_name: str) -> int | None:
-    """The trip count of the ``while`` instruction ``while_name`` of computation ``caller``, where the
+def _counted_loop_trips(module: Module, caller: Computation, loop: Instruction) -> int | None:
+    """The trip count of the ``while`` instruction ``loop`` of computation ``caller``, where the
     program's text proves the loop is counted; ``None`` otherwise.
 
     Accepted, with ``k`` one element of the loop's state, a scalar ``s32``, ``s64`` or ``u32``:
@@ -182,90 +115,74 @@ def _counted_loop_trips(parsed: dict, caller: str, while_name: str) -> int | Non
     a start that is not a constant of ``caller``, a condition with more logic than the one compare, a
     fusion that computes more) gives ``None``.
     """
-    instrs = parsed.get(caller, {})
-    loop = instrs.get(while_name)
-    if loop is None or loop.opcode != "while" or len(loop.operands) != 1:
+    if loop.opcode != "while" or len(loop.operands) != 1:
         return None
-    cond_name, body_name = _CONDITION.search(loop.attrs), _BODY.search(loop.attrs)
+    cond_name, body_name = loop.called("condition"), loop.called("body")
     if not cond_name or not body_name:
         return None
-    cond, body = parsed.get(cond_name.group(1), {}), parsed.get(body_name.group(1), {})
-    cond_root = _unwrapped(parsed, next((i for i in cond.values() if i.root), None))
-    body_root = next((i for i in body.values() if i.root), None)
+    cond, body = module.computations.get(cond_name, _NONE), module.computations.get(body_name, _NONE)
+    cond_root = _unwrapped(module, cond.root)
+    body_root = body.root
     # the condition: counter < N
     if cond_root is None or cond_root.opcode != "compare" or len(cond_root.operands) != 2:
         return None
-    direction = _DIRECTION.search(cond_root.attrs)
-    if not direction or direction.group(1) != "LT":
+    if cond_root.attribute("direction") != "LT":
         return None
-    k = _parameter_element(cond, cond_root.operands[0])
-    bound = _integer_constant(_through_copies(cond, cond_root.operands[1]))
+    k = _parameter_element(cond, cond_root.operand_names[0])
+    bound = _integer_constant(_through_copies(cond, cond_root.operand_names[1]))
     if k is None or bound is None:
         return None
     # the body: element k of the next state is counter + 1
     if body_root is None or body_root.opcode != "tuple" or len(body_root.operands) <= k:
         return None
-    step = _through_copies(body, body_root.operands[k], parsed)
-    if step is None or step.opcode != "add" or len(step.operands) != 2 or not _COUNTER_SHAPE.match(step.shape):
+    step = _through_copies(body, body_root.operand_names[k], module)
+    if step is None or step.opcode != "add" or len(step.operands) != 2 or not _is_counter(step):
         return None
-    a, b = step.operands
+    a, b = step.operand_names
     if not any(_parameter_element(body, x) == k and _integer_constant(_through_copies(body, y)) == 1
                for x, y in ((a, b), (b, a))):
         return None
     # the start: element k of the loop's operand is 0
-    init = _through_copies(instrs, loop.operands[0])
+    init = _through_copies(caller, loop.operand_names[0])
     if init is None or init.opcode != "tuple" or len(init.operands) <= k:
         return None
-    if _integer_constant(_through_copies(instrs, init.operands[k])) != 0:
+    if _integer_constant(_through_copies(caller, init.operand_names[k])) != 0:
         return None
     return max(bound, 0)
 
 
-def _callers(text: str) -> tuple[dict, dict, str | None]:
-    """``(computations, {computation: [(caller, trips, is a while body)]}, ENTRY name)`` of HLO text.
+def _callers(module: Module) -> dict:
+    """``{computation: [(caller, trips, is a while body)]}`` of a module.
 
     ``trips`` is the loop's trip count where the computation is a ``while`` body: XLA's
     ``known_trip_count``, else the bound of a counted loop (:func:`_counted_loop_trips`), else ``None``;
     1 for any other call.
     """
-    comps, entry = _computations(text)
-    parsed = None
-    callers: dict = {name: [] for name in comps}
-    for name, lines in comps.items():
-        for line in lines:
-            body = _BODY.search(line) if " while(" in line else None
-            trips = None
-            if body:
-                m = _TRIPS.search(line)
-                if m:
-                    trips = int(m.group(1))
-                else:
-                    parsed = parsed if parsed is not None else _parsed(comps)
-                    head = _INSTR_NAME.match(line)
-                    trips = _counted_loop_trips(parsed, name, head.group(1)) if head else None
-            for m in _CALLED.finditer(line):
-                for callee in m.group(1).strip("{}").split(","):
-                    callee = callee.strip().lstrip("%")
-                    if callee in callers and callee != name:
-                        is_body = bool(body) and callee == body.group(1)
-                        callers[callee].append((name, trips if is_body else 1, is_body))
-    return comps, callers, entry
+    callers: dict = {name: [] for name in module.computations}
+    for callee, calls in module.calls().items():
+        for ins, caller in calls:
+            is_body = ins.opcode == "while" and ins.called("body") == callee
+            trips = 1
+            if is_body:
+                trips = ins.known_trip_count
+                if trips is None:
+                    trips = _counted_loop_trips(module, module.computations[caller], ins)
+            callers[callee].append((caller, trips, is_body))
+    return callers
 
 
 def _loop_depths(text: str) -> dict:
     """``{instruction name: how many while-loop bodies enclose it}`` (the most over its call sites)."""
-    from functools import cache
-
-    comps, callers, entry = _callers(text)
+    module = parse_module(text)
+    callers = _callers(module)
 
     @cache
     def depth(name):
-        if name == entry or not callers[name]:
+        if name == module.entry or not callers[name]:
             return 0
         return max(depth(caller) + is_body for caller, _, is_body in callers[name])
 
-    return {m.group(1): depth(name) for name, lines in comps.items() for line in lines
-            if (m := _INSTR_NAME.match(line))}
+    return {ins.name: depth(comp.name) for comp in module.computations.values() for ins in comp}
 
 
 def _loop_trips(text: str) -> dict:
@@ -275,13 +192,12 @@ def _loop_trips(text: str) -> dict:
     times the trip count where it is a ``while`` body, summed over its call sites. ``None`` where a loop
     on the way has no recorded trip count.
     """
-    from functools import cache
-
-    comps, callers, entry = _callers(text)
+    module = parse_module(text)
+    callers = _callers(module)
 
     @cache
     def runs(name):                 # HLO's call graph has no cycles
-        if name == entry or not callers[name]:
+        if name == module.entry or not callers[name]:
             return 1
         total = 0
         for caller, factor, _ in callers[name]:
@@ -291,13 +207,7 @@ def _loop_trips(text: str) -> dict:
             total += r * factor
         return total                # 0 under a loop of no trips
 
-    trips_of = {}
-    for name, lines in comps.items():
-        for line in lines:
-            m = _INSTR_NAME.match(line)
-            if m:
-                trips_of[m.group(1)] = runs(name)
-    return trips_of
+    return {ins.name: runs(comp.name) for comp in module.computations.values() for ins in comp}
 
 
 @dataclass(frozen=True)

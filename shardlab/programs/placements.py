@@ -4,6 +4,10 @@
 lowered module (``jax.jit(f).lower(...).as_text()``) or a compiled one
 (``.compile().as_text()``), so that a chapter shows where a transfer appears
 instead of asserting it. Which memories a device has is :mod:`shardlab.hardware.memory_kinds`.
+
+Compiled text is HLO, read by :mod:`shardlab.programs.hlo`. Lowered text is StableHLO, a dialect of
+MLIR and another language (``tensor<4x8xf32>`` types, ``func.func @main(...)``, quoted attributes):
+the small reader of ``main``'s signature and its custom calls here is for that text alone.
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ['Placement', 'memory_placements', 'HOST_MEMORY_SPACE']
+from shardlab.programs.hlo import parse_module, split_top_level
+
+__all__ = ["Placement", "memory_placements", "HOST_MEMORY_SPACE"]
 
 
 # XLA's number for the host memory space in a buffer layout, e.g. f32[8]{0:S(5)}.
@@ -48,8 +54,13 @@ class Placement:
         return f"{self.where:<38} {self.shape:<16} {self.memory:<17} {self.evidence}"
 
 
-def _closing(text: str, start: int) -> int:
-    """Index just past the bracket group opening at ``text[start]`` (skips quoted strings)."""
+# The lowered text is StableHLO (MLIR), not HLO: its types use angle brackets (tensor<4x8xf32>) and its
+# attributes quoted strings, so it has its own two bracket helpers below; compiled text is read by
+# shardlab.programs.hlo.
+
+
+def _mlir_closing(text: str, start: int) -> int:
+    """Index just past the MLIR bracket group opening at ``text[start]`` (skips quoted strings)."""
     pairs = {"(": ")", "[": "]", "{": "}", "<": ">"}
     stack = []
     i = start
@@ -71,8 +82,8 @@ def _closing(text: str, start: int) -> int:
     raise ValueError("text has an unbalanced bracket group")
 
 
-def _split_top(text: str) -> list[str]:
-    """Split at commas that are not inside brackets or quotes."""
+def _mlir_split(text: str) -> list[str]:
+    """MLIR text split at commas that are not inside brackets (angle brackets too) or quotes."""
     parts, depth, cur, i = [], 0, [], 0
     while i < len(text):
         c = text[i]
@@ -114,8 +125,8 @@ def _lowered_placements(text: str) -> list[Placement]:
     m = re.search(r"func\.func\s+public\s+@main\(", text)
     if m:
         open_at = m.end() - 1
-        close_at = _closing(text, open_at)
-        for i, arg in enumerate(_split_top(text[open_at + 1:close_at - 1])):
+        close_at = _mlir_closing(text, open_at)
+        for i, arg in enumerate(_mlir_split(text[open_at + 1:close_at - 1])):
             kind = _MEMORY_KIND.search(arg)
             typ = re.match(r"%[\w#]+\s*:\s*(\S+?>|\S+)", arg)
             found.append(Placement(f"input {i}", typ.group(1) if typ else "?",
@@ -125,9 +136,9 @@ def _lowered_placements(text: str) -> list[Placement]:
         if rest.startswith("->"):
             rest = rest[2:].lstrip()
             if rest.startswith("("):
-                results = _split_top(rest[1:_closing(rest, 0) - 1])
+                results = _mlir_split(rest[1:_mlir_closing(rest, 0) - 1])
             else:  # one result without attributes (attributes force parentheses); "{" opens the body
-                results = [rest[:_closing(rest, rest.index("<"))] if "<" in rest.split()[0] else rest.split()[0]]
+                results = [rest[:_mlir_closing(rest, rest.index("<"))] if "<" in rest.split()[0] else rest.split()[0]]
             for i, res in enumerate(results):
                 kind = _MEMORY_KIND.search(res)
                 found.append(Placement(f"output {i}", res.split()[0],
@@ -160,42 +171,26 @@ def _bare_shape(shape: str) -> str:
 
 def _compiled_placements(text: str) -> list[Placement]:
     found = []
-    m = re.search(r"entry_computation_layout=\{", text)
-    if m:
-        body = text[m.end():_closing(text, m.end() - 1) - 1]
-        params_end = _closing(body, 0)
-        params = _split_top(body[1:params_end - 1])
-        result = body[params_end:].lstrip()
-        result = result[2:].strip() if result.startswith("->") else result
-        results = _split_top(result[1:-1]) if result.startswith("(") else [result]
-        for label, shapes in (("input", params), ("output", results)):
+    module = parse_module(text)
+    layout = module.entry_computation_layout()
+    if layout is not None:
+        for label, shapes in zip(("input", "output"), layout):
             for i, shape in enumerate(shapes):
                 found.append(Placement(f"{label} {i}", _bare_shape(shape), _space_name(shape), shape))
-    instr = re.compile(r"^\s*(?:ROOT\s+)?(%[\w.\-]+)\s*=\s*")
-    for line in text.splitlines():
-        mi = instr.match(line)
-        if not mi:
-            continue
-        rest = line[mi.end():]
-        shape_end = _closing(rest, 0) if rest.startswith("(") else rest.find(" ")
-        if shape_end <= 0:
-            continue
-        shape, after = rest[:shape_end], rest[shape_end:].lstrip()
-        op = re.match(r"[\w\-]+", after)
-        opcode = op.group(0) if op else "?"
-        target = re.search(r'custom_call_target="([^"]+)"', after)
-        is_move = target is not None and target.group(1) in _PLACEMENT_CALLS
+    for ins in module.instructions:
+        shape, target = ins.shape_text, ins.custom_call_target
+        is_move = target in _PLACEMENT_CALLS
         spaces = {int(s) for s in _SPACE.findall(shape)} - {0}
         if not (is_move or spaces):
             continue
-        what = f"{mi.group(1)} = {target.group(1) if is_move else opcode}"
+        what = f"%{ins.name} = {target if is_move else ins.opcode}"
         memory = _space_name(shape)
-        if opcode == "copy-start" and shape.startswith("("):
+        if ins.opcode == "copy-start" and shape.startswith("("):
             # (destination, source, context): say the direction, not the union of the spaces.
-            dest, src = _split_top(shape[1:-1])[:2]
+            dest, src = split_top_level(shape[1:-1])[:2]
             memory = f"{_space_name(dest)} from {_space_name(src)}"
         found.append(Placement(what, _bare_shape(shape), memory,
-                               f'custom_call_target="{target.group(1)}"' if is_move else shape))
+                               f'custom_call_target="{target}"' if is_move else shape))
     return found
 
 

@@ -9,12 +9,11 @@ between them, the work a device can do while that collective's bytes travel.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from shardlab.programs.hlo import _COMMENT_RE, _COMPUTATION_RE, _parse_instruction
+from shardlab.programs.hlo import Module, async_half, parse_instruction, parse_module
 
-__all__ = ['ScheduledOp', 'AsyncWindow', 'scheduled_order', 'async_windows', 'loop_bodies', 'windowed_loops']
+__all__ = ["ScheduledOp", "AsyncWindow", "scheduled_order", "async_windows", "loop_bodies", "windowed_loops"]
 
 
 _COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
@@ -78,44 +77,30 @@ def _text_of(compiled_or_text, where: str) -> str:
                      f"shardlab.CompiledProgram, got {type(compiled_or_text).__name__}")
 
 
-def _computations(text: str) -> tuple[dict, str | None]:
-    """Every computation's body lines by name, and the name of the entry computation."""
-    bodies: dict = {}
-    entry, current = None, None
-    for raw in text.splitlines():
-        line = _COMMENT_RE.sub("", raw).rstrip()
-        if current is None:
-            m = _COMPUTATION_RE.match(line.strip())
-            if m:
-                current = m.group(1)
-                bodies[current] = []
-                if line.lstrip().startswith("ENTRY"):
-                    entry = current
-            continue
-        if line.strip().startswith("}"):    # "}" or, on XLA:GPU's side threads, '}, execution_thread=...'
-            current = None
-            continue
-        bodies[current].append(line)
-    return bodies, entry
-
-
-def _holds_product(name: str, bodies: dict, seen: set) -> bool:
-    if name in seen or name not in bodies:
+def _holds_product(name: str, module: Module, seen: set) -> bool:
+    if name in seen or name not in module.computations:
         return False
     seen.add(name)
-    for line in bodies[name]:
-        instr = _parse_instruction(line)
-        if instr is None:
-            continue
+    for instr in module.computations[name]:
         if instr.opcode in _PRODUCTS:
             return True
-        for called in re.findall(r"calls=%?([\w.\-]+)", instr.attrs):
-            if _holds_product(called, bodies, seen):
-                return True
+        if any(_holds_product(called, module, seen) for called in _calls(instr)):
+            return True
     return False
 
 
-def _async_fusion(name: str, bodies: dict) -> tuple[str, str]:
+def _calls(instr) -> list:
+    """The computations an instruction's ``calls=`` names (a fusion's, an async wrapper's)."""
+    value = instr.attribute("calls")
+    return [n.strip().lstrip("%") for n in value.strip("{}").split(",") if n.strip()] if value else []
+
+
+def _first_collective(name: str, module: Module) -> str:
+    comp = module.computations.get(name)
+    return next((i.opcode for i in comp if i.opcode in _COLLECTIVES), "") if comp is not None else ""
+
+
+def _async_fusion(name: str, module: Module) -> tuple[str, str]:
     """For XLA:TPU's asynchronous collective fusions, ``("start", collective)`` or ``("done", collective)``.
 
     XLA:TPU overlaps a collective with other work by writing it as three fusions: a start (named
@@ -124,69 +109,56 @@ def _async_fusion(name: str, bodies: dict) -> tuple[str, str]:
     copy of the collective beside the product), and a done (``async-collective-done``) whose root calls
     ``AsyncCollectiveDone``. ``("", "")`` for any other fused computation.
     """
-    lines = bodies.get(name, [])
-    for line in lines:
-        if line.lstrip().startswith("ROOT"):
-            target = re.search(r'custom_call_target="AsyncCollective(Start|Done)"', line)
-            if target:
-                inner = ""
-                for other in lines:
-                    instr = _parse_instruction(other)
-                    if instr is not None and instr.opcode in _COLLECTIVES:
-                        inner = instr.opcode
-                        break
-                return target.group(1).lower(), inner
+    comp = module.computations.get(name)
+    root = comp.root if comp is not None else None
+    target = root.custom_call_target if root is not None else None
+    if target in ("AsyncCollectiveStart", "AsyncCollectiveDone"):
+        return target[len("AsyncCollective"):].lower(), _first_collective(name, module)
     return "", ""
 
 
-def _fused_collective(name: str, bodies: dict) -> str:
+def _fused_collective(name: str, module: Module) -> str:
     """The collective a fused computation runs synchronously (XLA:TPU's ``all-reduce-scatter`` fusion: an
     all-reduce and a slice, the reduce-scatter it is), or ``""``: none, or one marked as an asynchronous
     start or done (``AsyncCollectiveStart``/``Done``), which is not a synchronous collective."""
-    lines = bodies.get(name, [])
-    if any("AsyncCollective" in line for line in lines) or name.startswith("async_collective_fusion"):
+    comp = module.computations.get(name)
+    if comp is None or any("AsyncCollective" in i.line for i in comp) or name.startswith("async_collective_fusion"):
         return ""                           # the halves of an asynchronous collective, or work beside it
-    for line in lines:
-        instr = _parse_instruction(line)
-        if instr is not None and instr.opcode in _COLLECTIVES:
-            if instr.opcode == "all-reduce" and name.startswith("all-reduce-scatter"):
-                return "reduce-scatter"
-            return instr.opcode
-    return ""
+    inner = _first_collective(name, module)
+    if inner == "all-reduce" and name.startswith("all-reduce-scatter"):
+        return "reduce-scatter"
+    return inner
 
 
-def _classify(instr, bodies: dict) -> tuple[str, str]:
+def _classify(instr, module: Module) -> tuple[str, str]:
     op = instr.opcode
-    for suffix in ("-start", "-done"):
-        if op.endswith(suffix) and op[: -len(suffix)] in _COLLECTIVES:
-            return suffix[1:], op[: -len(suffix)]
+    base, half = async_half(op)
+    if half and base in _COLLECTIVES:
+        return half, base
     if op in _COLLECTIVES:
         return "collective", op
+    called = _calls(instr)[:1]
     if op in ("async-start", "async-done"):                 # a collective wrapped in an async computation
-        called = re.search(r"calls=%?([\w.\-]+)", instr.attrs)
         inner = ""
         if called:
-            for line in bodies.get(called.group(1), []):
-                i = _parse_instruction(line)
-                if i is not None and i.opcode in _COLLECTIVES:
-                    inner = i.opcode
+            comp = module.computations.get(called[0])
+            inner = next((i.opcode for i in reversed(comp.instructions) if i.opcode in _COLLECTIVES), "") \
+                if comp is not None else ""
         if inner:
-            return op.split("-")[1], inner
+            return half, inner
     if op in _PRODUCTS:
         return "product", ""
     if op == "fusion-start":                                # XLA:GPU: a fusion launched on another stream
-        called = re.search(r"calls=%?([\w.\-]+)", instr.attrs)
-        if called and _holds_product(called.group(1), bodies, set()):
+        if called and _holds_product(called[0], module, set()):
             return "product", ""
     if op == "fusion":
-        called = re.search(r"calls=%?([\w.\-]+)", instr.attrs)
         if called:
-            half, inner = _async_fusion(called.group(1), bodies)
-            if half:
-                return half, inner
-        if called and _holds_product(called.group(1), bodies, set()):
+            fusion_half, inner = _async_fusion(called[0], module)
+            if fusion_half:
+                return fusion_half, inner
+        if called and _holds_product(called[0], module, set()):
             return "product", ""
-        inner = _fused_collective(called.group(1), bodies) if called else ""
+        inner = _fused_collective(called[0], module) if called else ""
         if inner:
             return "collective", inner
     if op == "while":
@@ -202,8 +174,8 @@ def scheduled_order(compiled, computation: str | None = None) -> list[ScheduledO
     computation). A compiled module is scheduled, and its text lists each computation's
     instructions in that order.
     """
-    text = _text_of(compiled, "scheduled_order")
-    bodies, entry = _computations(text)
+    module = parse_module(_text_of(compiled, "scheduled_order"))
+    bodies, entry = module.computations, module.entry
     if computation is None:
         if entry is None:
             raise ValueError("scheduled_order: compiled has no ENTRY computation")
@@ -212,11 +184,8 @@ def scheduled_order(compiled, computation: str | None = None) -> list[ScheduledO
         raise ValueError(f"scheduled_order: computation {computation!r} is not in the program "
                          f"(it has {len(bodies)} computations, the entry is {entry!r})")
     ops, async_starts = [], {}
-    for line in bodies[computation]:
-        instr = _parse_instruction(line)
-        if instr is None:
-            continue
-        kind, collective = _classify(instr, bodies)
+    for instr in bodies[computation]:
+        kind, collective = _classify(instr, module)
         if instr.opcode == "async-start" and kind == "start":
             async_starts[instr.name] = collective
         elif instr.opcode == "async-done" and kind == "other":
@@ -262,7 +231,7 @@ def async_windows(compiled, computation: str | None = None) -> list[AsyncWindow]
     halves = {op.name for op in ops if op.kind in ("start", "done")}
     operands = {}
     for op in ops:
-        instr = _parse_instruction(op.line)
+        instr = parse_instruction(op.line)
         operands[op.name] = [name for name, _ in instr.operands] if instr else []
     windows, paired = [], set()
     for op in ops:
@@ -287,9 +256,9 @@ def loop_bodies(compiled, computation: str | None = None) -> list[str]:
     bodies = []
     for op in scheduled_order(compiled, computation):
         if op.kind == "loop":
-            found = re.search(r"body=%?([\w.\-]+)", op.line)
-            if found:
-                bodies.append(found.group(1))
+            body = parse_instruction(op.line).called("body")
+            if body:
+                bodies.append(body)
     return bodies
 
 

@@ -50,7 +50,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ['DeviceOp', 'Wait', 'Trace', 'trace_file', 'read_trace', 'op_kind', 'time_breakdown', 'op_totals', 'CollectiveWindow', 'collective_overlap', 'quiet_native_logs', 'InstructionSource', 'hlo_sources', 'scope_of', 'MemorySample', 'read_memory_profile']
+from shardlab.programs.hlo import parse_module
+
+__all__ = ["DeviceOp", "Wait", "Trace", "trace_file", "read_trace", "op_kind", "time_breakdown", "op_totals",
+           "CollectiveWindow", "collective_overlap", "quiet_native_logs", "InstructionSource", "hlo_sources",
+           "scope_of", "MemorySample", "read_memory_profile"]
 
 
 #: Substrings that make an op a collective (XLA's opcode names, also inside async ``-start``/``-done``).
@@ -503,37 +507,6 @@ class InstructionSource:
     function: str | None
 
 
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\(")
-
-
-_META = re.compile(r"metadata=\{([^}]*)\}")
-
-
-_FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s}]+)')
-
-
-_TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
-
-
-def _unquote(value: str) -> str:
-    return value[1:-1].replace('\\"', '"').replace("\\'", "'") if value.startswith('"') else value
-
-
-def _tables(text: str) -> dict:
-    tables, current = {}, None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
-            current = tables.setdefault(line, {})
-            continue
-        m = _TABLE_ROW.match(line) if current is not None else None
-        if m:
-            current[int(m.group(1))] = m.group(2)
-        elif current is not None and line:
-            current = None
-    return tables
-
-
 def hlo_sources(hlo_text: str) -> dict:
     """``{instruction name: InstructionSource}`` for every instruction of a compiled program's text
     (``compiled.as_text()``) that carries metadata. The source line comes from the instruction's
@@ -542,31 +515,15 @@ def hlo_sources(hlo_text: str) -> dict:
     if not isinstance(hlo_text, str) or "HloModule" not in hlo_text:
         raise ValueError("hlo_sources: hlo_text must be a compiled program's text (compiled.as_text()), "
                          "starting with 'HloModule'")
-    tables = _tables(hlo_text)
-
-    def fields(row: str) -> dict:
-        return {k: _unquote(v) for k, v in _FIELD.findall(row)}
-
-    files = {k: _unquote(v) for k, v in tables.get("FileNames", {}).items()}
-    functions = {k: _unquote(v) for k, v in tables.get("FunctionNames", {}).items()}
-    locations = {k: fields(v) for k, v in tables.get("FileLocations", {}).items()}
-    frames = {k: fields(v) for k, v in tables.get("StackFrames", {}).items()}
+    module = parse_module(hlo_text)
     out = {}
-    for line in hlo_text.splitlines():
-        m, meta = _INSTR.match(line), _META.search(line)
-        if not m or not meta:
+    for ins in module.instructions:
+        meta = ins.metadata
+        if meta is None:
             continue
-        f = fields(meta.group(1))
-        file = f.get("source_file")
-        number = int(f["source_line"]) if f.get("source_line", "").isdigit() else None
-        function = None
-        frame = frames.get(int(f["stack_frame_id"])) if f.get("stack_frame_id", "").isdigit() else None
-        if frame is not None:
-            loc = locations.get(int(frame.get("file_location_id", -1)), {})
-            file = files.get(int(loc.get("file_name_id", -1)), file)
-            function = functions.get(int(loc.get("function_name_id", -1)))
-            number = int(loc["line"]) if loc.get("line", "").isdigit() else number
-        out[m.group(1)] = InstructionSource(m.group(1), m.group(2), f.get("op_name", ""), file, number, function)
+        where = module.source(ins)
+        out[ins.name] = InstructionSource(ins.name, ins.opcode, meta.get("op_name", ""), where.file, where.line,
+                                          where.function)
     return out
 
 
