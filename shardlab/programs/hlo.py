@@ -33,8 +33,8 @@ __all__ = ["KINDS", "BITS", "CALL_ATTRIBUTES", "Array", "Operand", "Instruction"
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
-#: Bits per element of each HLO element type, as XLA stores it: 2- and 4-bit types packed, the 6-bit floats
-#: one per byte (XLA's memory analysis counts a byte for each).
+#: Bits per element of each HLO element type, as XLA stores it (2- and 4-bit types packed, the 6-bit floats
+#: one per byte, as XLA's memory analysis counts them).
 BITS = {
     "pred": 8, "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
     "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64,
@@ -230,8 +230,8 @@ class Instruction:
 
     @property
     def called_computations(self) -> tuple:
-        """The computations this instruction calls, by name: its ``calls=``, ``to_apply=``, ``condition=``,
-        ``body=``, ``branch_computations=``, ... (:data:`CALL_ATTRIBUTES`), in that order."""
+        """The names of the computations this instruction calls (its ``calls=``, ``to_apply=``, ``condition=``,
+        ``body=``, ``branch_computations=``, ...; :data:`CALL_ATTRIBUTES`), in that order."""
         called = []
         for key in CALL_ATTRIBUTES:
             value = self.attribute(key)
