@@ -1,6 +1,6 @@
 """The hardware: chips and their published figures, TPU slices and GPU clusters, memories, compilers.
 
-What a chapter compiles for and the figures its models start from, each with its source. Uses
+What a chapter compiles for and the figures its models start from, each with its source. May use
 ``shardlab.layout`` and ``shardlab.arguments``; reads no program.
 
 * ``shardlab.hardware.chips``: TPU and GPU chips' published figures; device kind to chip.

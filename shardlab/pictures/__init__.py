@@ -3,7 +3,7 @@
 Every figure displays at twice its pixels, no wider than the page's column, with text of at least 9 pt
 as displayed and an alt text; explorers redraw in a live kernel and switch precomputed frames on the
 published page. Pictures draw what they are given and never compile (import-linter forbids
-``shardlab.programs.compile`` here). Uses ``shardlab.programs`` (to draw a trace it read),
+``shardlab.programs.compile`` here). May use ``shardlab.programs`` (to draw a trace it read),
 ``shardlab.hardware``, ``shardlab.layout``, ``shardlab.arguments``; never ``shardlab.models``.
 
 * ``shardlab.pictures.display``: figure sizes, PNG encoding, alt text, tables for the page.

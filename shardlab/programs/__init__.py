@@ -2,7 +2,7 @@
 
 Everything here is read from a compiled program or a trace, never modelled: the bytes a collective
 sends per device come from ``shardlab.layout.ring_bytes`` (layout maths), and no module here
-imports a model. Uses ``shardlab.hardware``, ``shardlab.layout`` and ``shardlab.arguments``.
+imports a model. May use ``shardlab.hardware``, ``shardlab.layout`` and ``shardlab.arguments``.
 
 * ``shardlab.programs.hlo``: the one HLO text parser every reader below uses.
 * ``shardlab.programs.collectives``: the collectives jit inserted: kind, shapes, groups, bytes.
