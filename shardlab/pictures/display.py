@@ -22,9 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardlab.pictures.style import PHONE_COLUMN_PX, style_rc
+
 __all__ = ["CSS_PX_PER_INCH", "PIXEL_DENSITY", "COLUMN_PX", "MIN_TEXT_PT", "PageImage", "display_width",
            "display_scale", "text_scale", "page_dpi", "page_image", "figure_alt", "figure_bundle", "img_html",
-           "drawn_text_sizes", "smallest_text_pt", "set_figure_defaults", "FIGURE_RC", "quantize", "encode_png",
+           "drawn_text_sizes", "smallest_text_pt", "set_figure_defaults", "phone_width", "text_attributes",
+           "PHONE_COLUMN_PX", "MIN_PHONE_TEXT_PX", "FIGURE_RC", "quantize", "encode_png",
            "markdown_table"]
 
 CSS_PX_PER_INCH = 96      # CSS pixels per inch; a point is 1/72 inch, so 9 pt = 12 CSS px
@@ -33,6 +36,7 @@ PIXEL_DENSITY = 2         # image pixels per CSS pixel
 # window 1280 px wide (the narrowest among desktop windows 1024-1920 px wide), 757 px at 1366, at most 790.
 COLUMN_PX = 688
 MIN_TEXT_PT = 9.0         # the smallest text at displayed size
+MIN_PHONE_TEXT_PX = 9.0   # the smallest text on a phone, in CSS px
 TIGHT_PAD_IN = 0.06       # white margin around what is drawn, in inches, when a figure is cropped to it
 
 # matplotlib's defaults for figures a chapter draws itself (10 pt text, 9 pt ticks and legends).
@@ -223,12 +227,33 @@ def page_image(fig, *, tight: bool = True, alt: str | None = None, colors: int |
                      smallest_text_pt=min(sizes) * dpi / (PIXEL_DENSITY * CSS_PX_PER_INCH) if sizes else math.inf)
 
 
+def phone_width(width: int, smallest_text_pt: float) -> int | None:
+    """The width in CSS px at which a picture designed ``width`` px wide must be shown on a phone so that
+    its smallest text (``smallest_text_pt`` as designed) stays MIN_PHONE_TEXT_PX; None when the phone's
+    column (PHONE_COLUMN_PX) is wide enough already. The book's style sheet shows it at that width on a
+    phone, in a box that scrolls sideways."""
+    if not math.isfinite(smallest_text_pt) or smallest_text_pt <= 0:
+        return None
+    needed = math.ceil(width * MIN_PHONE_TEXT_PX / (smallest_text_pt * CSS_PX_PER_INCH / 72))
+    return min(width, needed) if needed > PHONE_COLUMN_PX else None
+
+
+def text_attributes(width: int, smallest_text_pt: float) -> str:
+    """The attributes that tell the page a picture's smallest text (``data-smallest-text-pt``, "none"
+    for a picture without text) and, where the phone's column would make it too small, the width to show
+    it at on a phone (``--phone-width`` in its style)."""
+    pt = f"{smallest_text_pt:.2f}" if math.isfinite(smallest_text_pt) else "none"
+    phone = phone_width(width, smallest_text_pt)
+    style = "max-width:100%;height:auto" + (f";--phone-width:{phone}px" if phone else "")
+    return f'data-smallest-text-pt="{pt}" style="{style}"'
+
+
 def img_html(image: PageImage, *, css_class: str = "shardlab-figure") -> str:
-    """An ``<img>`` of a PageImage: the data inline, its displayed width and height, its alt text; it
-    shrinks with a narrower column (max-width) and keeps its proportions."""
+    """An ``<img>`` of a PageImage: the data inline, its displayed width and height, its alt text and
+    smallest text (``text_attributes``); it shrinks with a narrower column and keeps its proportions."""
     return (f'<img class="{css_class}" src="data:{image.mime};base64,{image.b64()}" width="{image.width}" '
             f'height="{image.height}" alt="{html.escape(image.alt, quote=True)}" '
-            'style="max-width:100%;height:auto">')
+            f'{text_attributes(image.width, image.smallest_text_pt)}>')
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -347,6 +372,7 @@ def set_figure_defaults(shell=None) -> None:
     import matplotlib
 
     matplotlib.rcParams.update(FIGURE_RC)
+    matplotlib.rcParams.update(style_rc())
     if shell is None:
         try:
             from IPython import get_ipython

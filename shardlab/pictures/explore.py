@@ -18,7 +18,7 @@ import math
 import textwrap
 
 from shardlab.layout.tiles import format_mesh, format_spec, normalise_mesh, tile_map
-from shardlab.pictures.display import PIXEL_DENSITY, _TextSizes, display_width, figure_alt, page_dpi
+from shardlab.pictures.display import PIXEL_DENSITY, _TextSizes, display_width, figure_alt, page_dpi, phone_width
 from shardlab.pictures.draw import ShardFigure, png_bytes, sheet_for
 from shardlab.pictures.static_player import message_svg, player_html
 
@@ -302,6 +302,10 @@ class Explorer:
                            caption=self._caption, width=self.display_size[0], height=self.display_size[1])
         if math.isfinite(self.smallest_text_pt):   # for a test of the executed chapters
             html = html.replace(" style=", f' data-smallest-text-pt="{self.smallest_text_pt:.2f}" style=', 1)
+            phone = phone_width(self.display_size[0], self.smallest_text_pt)
+            if phone:   # the frame's width on a phone, where the column would make its text too small
+                html = html.replace('style="max-width:100%;height:auto;display:block"',
+                                    f'style="max-width:100%;height:auto;display:block;--phone-width:{phone}px"', 1)
         return html
 
     def _repr_mimebundle_(self, include=None, exclude=None):
