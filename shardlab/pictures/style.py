@@ -28,7 +28,6 @@ STYLE_RC = {
     "axes.prop_cycle": None,          # filled in below (a cycler is built lazily: matplotlib is heavy)
     "axes.spines.top": False,
     "axes.spines.right": False,
-    "axes.titlelocation": "left",
     "axes.titleweight": "bold",
     "axes.edgecolor": "#555555",
     "axes.labelcolor": "#222222",
