@@ -1,14 +1,13 @@
 """Every page readable as a reader meets it: in a laptop's browser and on a phone.
 
 Code and outputs fit their boxes, tables are tables, errors are a few lines with no path of the machine
-that built the book, pictures are sharp and fit the column, and each chapter page stays light.
+that built the book, pictures are sharp and fit the column (the page's weight: test_illustrated.py).
 """
 
 import os
 import re
 import sys
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -17,8 +16,6 @@ from tests.paths import CHAPTERS, ROOT
 
 PAGES = book_pages()
 CHAPTER_PAGES = [HTML / "notebooks" / f"{md.stem}.html" for md in CHAPTERS]
-PAGE_LIMIT_BYTES = 2 * 1024 * 1024    # the page itself: its HTML, explorer frames and pictures
-SHARED_LIMIT_BYTES = 1_200_000        # the theme's styles, scripts and fonts, fetched once for every page
 MAX_ERROR_LINES = 15
 SHARP = 1.5  # a picture's pixels per displayed pixel, at least
 
@@ -102,28 +99,6 @@ def test_pictures_are_sharp_fit_the_column_and_say_what_they_show(path, visit):
         if not p["alt"].strip() or re.fullmatch(r"\S*\.(png|svg|webp|jpe?g)|(\.\./|_images/)\S*", p["alt"]):
             problems.append(f"{p['src']}: alt text {p['alt']!r} does not say what it shows")
     assert problems == [], f"{rel(path)}: " + "; ".join(problems[:6])
-
-
-def _local_bytes(urls):
-    total = 0
-    for url in set(urls):
-        parts = urlsplit(url)
-        if parts.scheme == "file":
-            total += Path(unquote(parts.path)).stat().st_size
-    return total
-
-
-@pytest.mark.parametrize("path", CHAPTER_PAGES, ids=rel)
-def test_chapter_page_weight(path, visit):
-    v = visit(path)
-    v.page.wait_for_timeout(500)  # what the page's scripts ask for after it loads
-    static = (HTML / "_static").as_uri()
-    loaded = set(v.loaded + [path.as_uri()])
-    shared = _local_bytes(u for u in loaded if u.startswith(static) or u.endswith("searchindex.js"))
-    own = _local_bytes(loaded) - shared
-    print(f"{rel(path)}: page {own / 1e6:.2f} MB, shared theme files {shared / 1e6:.2f} MB")
-    assert own <= PAGE_LIMIT_BYTES, f"{rel(path)} weighs {own / 1e6:.2f} MB (limit 2 MiB)"
-    assert shared <= SHARED_LIMIT_BYTES, f"{rel(path)} loads {shared / 1e6:.2f} MB of theme files"
 
 
 @pytest.mark.parametrize("path", [HTML / "notebooks" / "01_devices_and_meshes.html"], ids=rel)
