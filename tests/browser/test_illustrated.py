@@ -95,3 +95,30 @@ def test_every_page_has_a_title_and_an_icon(visit):
     v = visit(HTML / "notebooks" / "01_devices_and_meshes.html")
     icon = v.page.eval_on_selector("link[rel~='icon']", "l => l.href")
     assert Path(icon.replace("file://", "")).exists(), f"the page's icon {icon} is missing"
+
+
+@pytest.mark.parametrize("viewport", [None, PHONE], ids=["desktop", "phone"])
+def test_search_field_text_starts_after_its_icon(viewport, visit):
+    v = visit(HTML / "notebooks" / "01_devices_and_meshes.html", **({"viewport": viewport} if viewport else {}))
+    v.page.locator("button.search-button__button:visible").first.click()
+    field = v.page.locator("form.bd-search input:visible").first
+    field.type("mesh")
+    text_left, icon_right = field.evaluate(
+        "i => [i.getBoundingClientRect().left + parseFloat(getComputedStyle(i).paddingLeft),"
+        " i.parentElement.querySelector('i').getBoundingClientRect().right]")
+    assert text_left >= icon_right, f"the search icon covers the first {icon_right - text_left:.0f} px of the text"
+
+
+def test_a_search_hit_lands_at_its_match(browser):
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    try:
+        path = HTML / "notebooks" / "02_named_sharding.html"
+        word = "devices_indices_map"
+        assert word in path.read_text(encoding="utf-8")
+        page.goto(path.as_uri() + f"?highlight={word}", wait_until="load")
+        page.wait_for_function("() => window.scrollY > 0 && document.querySelector('article span.highlighted')",
+                               timeout=5000)
+        top = page.evaluate("() => document.querySelector('article span.highlighted').getBoundingClientRect().top")
+        assert 0 <= top <= 900, f"the first match is {top:.0f} px from the top of the window"
+    finally:
+        page.close()
