@@ -14,8 +14,8 @@ from collections.abc import Sequence
 __all__ = ["SERIES", "MUTED", "PHONE_WIDTH_IN", "PHONE_TEXT_PT", "STYLE_RC", "style_rc", "integer_ticks",
            "tidy_axes", "bar_chart"]
 
-#: The colours of compared series, in order: Okabe and Ito's eight, told apart with every common
-#: colour-vision deficiency (black last).
+#: The colours of compared series, in order. They are Okabe and Ito's eight, told apart with every
+#: common colour-vision deficiency (black last).
 SERIES: tuple[str, ...] = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
                            "#000000")
 MUTED = "#9a9a9a"            # what a chart shows for context (a baseline, the rest of a step)

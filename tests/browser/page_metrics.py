@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 CSS_PX_PER_PT = 96 / 72
 # What a web page must not show of the notebook it was built from.
-RESIDUE = ["pip install", "find_spec(\"shardlab\")", "SHARDLAB_SOURCE", "# @title", "display-mode",
+RESIDUE = ['"pip", "install"', "find_spec(\"shardlab\")", "SHARDLAB_SOURCE", "# @title", "display-mode",
            "double-click to show", "Not answered yet", "No accelerator found", "simulated CPU devices."]
 
 _MEASURE = """() => {
@@ -40,7 +40,7 @@ _MEASURE = """() => {
     return {page: u.pathname, fragment: u.hash.slice(1), text: a.innerText.trim()};
   }).filter(l => l.page !== here && /\\/notebooks\\/\\d\\d_/.test(l.page));
   return {height: art.getBoundingClientRect().height, code, pictures, links,
-          text: art.innerText, html: document.documentElement.outerHTML};
+          text: art.textContent, html: document.documentElement.outerHTML};
 }"""
 
 
@@ -73,6 +73,7 @@ def figure_text_px(m: dict) -> list[tuple[str, float | None]]:
 
 
 def residue(m: dict) -> list[str]:
+    """Notebook residue anywhere in the article, closed answers included."""
     return [s for s in RESIDUE if s in m["text"]]
 
 
