@@ -54,6 +54,7 @@ from shardlab.pictures.display import markdown_table
 from shardlab.pictures.draw import PALETTE, ShardFigure, device_color, draw_links, draw_mesh, draw_sharding
 from shardlab.pictures.explore import Explorer, explorer, sharding_explorer
 from shardlab.pictures.style import SERIES, bar_chart, integer_ticks, tidy_axes
+from shardlab.pictures.stacked import bar_panels, stacked_bar_chart
 from shardlab.pictures.timeline import draw_timeline
 from shardlab.parallelism.attention import (block_kinds, causal_work, kv_block_at, longest_sequence,
                                             ring_attention_comm, ring_attention_memory, token_positions)
@@ -86,6 +87,8 @@ __all__ = [
     "Explorer", "explorer", "sharding_explorer",
     # the book's figure style: series colours, integer ticks, tidy axes, bar charts instead of tables
     "SERIES", "bar_chart", "integer_ticks", "tidy_axes",
+    # parts that add up as stacked bars; bar charts one above the other, sharing their labels
+    "stacked_bar_chart", "bar_panels",
     # compiled code
     "collectives_in", "collectives_in_compiled", "collectives_in_text", "Collective", "CollectiveReport",
     # the cost model: ring-model bytes, published chip figures, modelled time

@@ -158,6 +158,23 @@ def test_draw_schedule_cells():
     assert fig._repr_png_()[:4] == b"\x89PNG"
 
 
+def test_schedule_ticks_are_whole_passes_and_hatched_labels_sit_on_their_fill():
+    for sched in (circular_schedule(2, 4, 2), gpipe_schedule(2, 2), zero_bubble_schedule(4, 8)):
+        fig = draw_schedule(sched, labels=True)
+        ax = fig.axes[0]
+        fig.canvas.draw()
+        ticks = [t for t in ax.get_xticks() if 0 <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+        # Forward labels stand on their solid fill; the others on a box of their slot's pale fill.
+        for text in ax.texts:
+            box = text.get_bbox_patch()
+            if text.get_color() == "white":
+                assert box is None
+            else:
+                assert box is not None and box.get_facecolor()[:3] != (1.0, 1.0, 1.0)
+        assert any(t.get_bbox_patch() is not None for t in ax.texts)
+
+
 def _smallest_displayed_pt(fig):
     """By hand: the smallest font size times the displayed width over the figure's width (96 CSS px
     per inch, at most the 688 px column; the PNG has 2 pixels per CSS px)."""

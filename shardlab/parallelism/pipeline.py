@@ -33,6 +33,7 @@ import numpy as np
 from shardlab.arguments import positive_int as _positive
 from shardlab.pictures.display import text_scale
 from shardlab.pictures.draw import PALETTE, ShardFigure
+from shardlab.pictures.style import integer_ticks
 
 __all__ = ["Schedule", "gpipe_schedule", "one_f_one_b_schedule", "circular_schedule", "zero_bubble_schedule",
            "bubble_fraction", "bubble_model", "in_flight", "draw_schedule"]
@@ -260,6 +261,11 @@ def _wrap(text: str, width_in: float, pt: float) -> str:
     return "\n".join(textwrap.wrap(text, max(12, int(width_in * 72 / (_CHAR_W * pt)))))
 
 
+def _pale(rgb) -> tuple:
+    """The pale tint of a microbatch's colour that backward and weight-gradient slots are filled with."""
+    return tuple(float(v) for v in 0.35 * np.array(rgb) + 0.65)
+
+
 def draw_schedule(schedule: Schedule, ax=None, *, title: str | None = None, labels: bool | None = None):
     """Draw a schedule: stages down, time across, one cell per slot.
 
@@ -322,17 +328,22 @@ def draw_schedule(schedule: Schedule, ax=None, *, title: str | None = None, labe
             colours[p].append("#e6e6e6" if p == IDLE else to_rgb(PALETTE[m % 10]))
             if labels and p != IDLE:
                 text = f"{m}" + (("\n" if stacked else "") + "abcdefgh"[c] if V > 1 else "")
+                # On a hatched or dotted slot the label sits on a patch of the slot's pale fill, so that
+                # no line of the hatching crosses a digit.
+                box = None if p == FORWARD else dict(boxstyle="square,pad=0.12", linewidth=0,
+                                                     facecolor=_pale(colours[p][-1]))
                 ax.text((t + 0.5) * width, s + 0.5, text, ha="center", va="center", fontsize=_LABEL_PT * k,
-                        linespacing=1.1, color="white" if p == FORWARD else "black")
+                        linespacing=1.1, color="white" if p == FORWARD else "black", bbox=box)
     # One collection per kind of slot (fast to draw): idle grey, forward filled, backward a pale tint, hatched.
     ax.add_collection(PatchCollection(boxes[IDLE], facecolors=colours[IDLE], edgecolors="white", linewidths=0.5))
     ax.add_collection(PatchCollection(boxes[FORWARD], facecolors=colours[FORWARD], edgecolors="white",
                                       linewidths=0.5))
     for kind, hatch in ((BACKWARD, "///"), (WEIGHT, "..")):
-        pale = [tuple(0.35 * np.array(rgb) + 0.65) for rgb in colours[kind]]
+        pale = [_pale(rgb) for rgb in colours[kind]]
         ax.add_collection(PatchCollection(boxes[kind], facecolors=pale, edgecolors=colours[kind],
                                           linewidths=0.5, hatch=hatch))
     ax.set_xlim(0, T * width)
+    integer_ticks(ax, "x")                            # time counts whole passes of a stage
     ax.set_ylim(S, 0)
     ax.set_yticks([s + 0.5 for s in range(S)], [f"stage {s}" for s in range(S)], fontsize=_TICK_PT * k)
     unit = "one pass, F, B or W," if split else "one stage's pass of one microbatch"

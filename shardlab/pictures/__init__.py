@@ -8,6 +8,7 @@ published page. Pictures draw what they are given and never compile (import-lint
 
 * ``shardlab.pictures.display``: figure sizes, PNG encoding, alt text, tables for the page.
 * ``shardlab.pictures.style``: the book's figure style (series colours, integer ticks, bar charts).
+* ``shardlab.pictures.stacked``: stacked bars of parts that add up; panels of bars sharing labels.
 * ``shardlab.pictures.draw``: layouts as heatmaps, meshes, a mesh's physical links.
 * ``shardlab.pictures.explore`` and ``shardlab.pictures.static_player``: sliders, live and static.
 * ``shardlab.pictures.networks``: a GPU cluster and a TPU torus side by side.

@@ -23,6 +23,12 @@ def book_pages():
     return sorted(p for p in HTML.rglob("*.html") if not skip_dirs & set(p.relative_to(HTML).parts))
 
 
+def load_all_pictures(page):
+    """Pictures load as the reader scrolls to them (loading="lazy"): load every one of them now."""
+    page.eval_on_selector_all("img", "imgs => imgs.forEach(i => { i.loading = 'eager'; })")
+    page.wait_for_function("() => [...document.images].every(i => i.complete)", timeout=10_000)
+
+
 @pytest.fixture(scope="session")
 def browser():
     with sync_playwright() as p:

@@ -8,7 +8,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import yaml
 
-from tests.browser.conftest import HTML, SCREENSHOTS, book_pages
+from tests.browser.conftest import HTML, SCREENSHOTS, book_pages, load_all_pictures
 from tests.paths import CHAPTERS, NUMBERED, ROOT
 
 PAGES = book_pages()
@@ -55,6 +55,7 @@ def test_page_loads_cleanly_offline(path, visit):
     assert v.errors == [], f"console errors on {rel(path)}: {v.errors}"
     assert v.remote == [], f"{rel(path)} asked the network for {v.remote}"
     assert v.failed == [], f"failed requests on {rel(path)}: {v.failed}"
+    load_all_pictures(v.page)
     broken = v.page.eval_on_selector_all(
         "img", "imgs => imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
     assert broken == [], f"images that did not load on {rel(path)}: {broken}"
@@ -76,7 +77,9 @@ def test_internal_links_and_images_resolve(path):
 
 
 def _explorer_picture(explorer):
-    return explorer.locator("img").first.screenshot()
+    img = explorer.locator("img").first
+    img.evaluate("i => { i.loading = 'eager'; return i.decode(); }")   # its frame is a file: wait until drawn
+    return img.screenshot()
 
 
 @pytest.mark.parametrize("path", CHAPTER_PAGES, ids=rel)
@@ -112,11 +115,11 @@ def test_launch_buttons_open_the_chapter_notebook(path):
 @pytest.mark.parametrize("path", EXERCISE_PAGES, ids=rel)
 def test_exercise_answers_stay_hidden_until_asked_for(path, visit):
     v = visit(path)
-    answers = v.page.locator(".cell:has(pre:has-text('@title Answer'))")
+    answers = v.page.locator(".cell.tag_hide-cell:has(summary:has-text('Show the answer'))")
     assert answers.count() > 0, f"{rel(path)}: no answer cells on the page"
     for i in range(answers.count()):
         cell = answers.nth(i)
-        code = cell.locator("pre", has_text="@title Answer").first
+        code = cell.locator("div.cell_input pre").first
         outputs = cell.locator(".cell_output")
         assert not code.is_visible(), f"answer {i} on {rel(path)} is shown before the reader asks"
         assert all(not outputs.nth(k).is_visible() for k in range(outputs.count())), \

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import HTML, PHONE, book_pages
+from tests.browser.conftest import HTML, PHONE, book_pages, load_all_pictures
 from tests.paths import CHAPTERS, ROOT
 
 PAGES = book_pages()
@@ -83,6 +83,7 @@ def test_text_has_no_raw_tables_and_no_path_of_the_building_machine(path, visit)
 @pytest.mark.parametrize("path", CHAPTER_PAGES, ids=rel)
 def test_pictures_are_sharp_fit_the_column_and_say_what_they_show(path, visit):
     v = visit(path)
+    load_all_pictures(v.page)
     pictures = v.page.eval_on_selector_all(
         "article img",
         "imgs => imgs.filter(i => i.offsetParent !== null).map(i => ({src: i.currentSrc.slice(0, 80), "
