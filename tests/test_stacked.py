@@ -26,6 +26,21 @@ def test_stacked_bars_add_their_segments_and_write_the_totals():
     assert ax.get_xlim()[1] == pytest.approx(2.0 * 1.3)
 
 
+def test_large_numbers_are_written_in_full_on_the_axis():
+    fig = bar_panels(["a", "b"], [{"title": "bytes", "values": [2_500_000, 1_000_000]}])
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert ax.xaxis.get_offset_text().get_text() == ""  # no "1e6" at a smaller size
+    assert any("," in t.get_text() for t in ax.get_xticklabels())
+    assert page_image(fig).smallest_text_pt >= TEXT_PT - 1e-6
+
+
+def test_counts_get_whole_ticks():
+    fig = bar_panels(["a", "b", "c"], [{"title": "copies", "values": [0, 4, 0]}])
+    fig.canvas.draw()
+    assert all(float(t).is_integer() for t in fig.axes[0].get_xticks())
+
+
 def test_notes_replace_the_totals():
     ax = Figure().add_subplot()
     stacked_bar_chart(ax, ["a"], {"x": [3]}, notes=["3 ms, 10 tok/s"], legend=False, xmax=10)

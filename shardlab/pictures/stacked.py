@@ -81,6 +81,7 @@ def stacked_bar_chart(ax, labels: Sequence[str], parts: Mapping[str, Sequence[fl
     ax.tick_params(axis="y", length=0)
     ax.tick_params(labelsize=TEXT_PT)
     tidy_axes(ax, grid="x")
+    _plain_ticks(ax)
 
 
 def bar_panels(labels: Sequence[str], panels: Sequence[Mapping], *, width: float = PHONE_WIDTH_IN - 0.1):
@@ -150,8 +151,21 @@ def bar_panels(labels: Sequence[str], panels: Sequence[Mapping], *, width: float
     for ax, panel in zip(axes, panels):
         if panel.get("xmax") is None:
             _fit_texts(ax)
+        _plain_ticks(ax)
     fig.set_dpi(matplotlib.rcParams["figure.dpi"])
     return fig
+
+
+def _plain_ticks(ax) -> None:
+    """At most five x ticks, written in full with thousands separators (no "1e6" offset text, which
+    would be smaller than the chart's text); whole numbers only where every bar is a count."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    top = ax.get_xlim()[1]
+    counts = bool(ax.patches) and all(float(p.get_width()).is_integer() for p in ax.patches)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=counts))
+    ax.xaxis.set_major_formatter(FuncFormatter(
+        (lambda v, _: f"{v:,.0f}") if top >= 10 else (lambda v, _: f"{v:g}")))
 
 
 def _fit_texts(ax) -> None:
