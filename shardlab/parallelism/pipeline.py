@@ -273,8 +273,9 @@ def draw_schedule(schedule: Schedule, ax=None, *, title: str | None = None, labe
     filled with a pale tint of it and hatched, a weight-gradient slot ``W`` (a split backward pass) a
     pale tint, dotted, an idle slot shaded grey. Cells are labelled with the
     microbatch (and, with several chunks, the chunk as a letter: ``3b`` is microbatch 3 in the stage's
-    second chunk, written on two lines where the slot is narrow). Time is in units of one stage's whole
-    pass: a slot of a ``virtual=2`` schedule is half as wide. Text is at least 9 pt as a page displays
+    second chunk, written on two lines where the slot is narrow); a label on a hatched or dotted slot sits
+    on a patch of the slot's pale fill, so that no hatching crosses it. Time is in units of one stage's
+    whole pass, ticked at whole passes only: a slot of a ``virtual=2`` schedule is half as wide. Text is at least 9 pt as a page displays
     the figure (``display.text_scale``); ``labels=None`` labels the cells only if the labels fit them at
     that size, ``True`` always, ``False`` never. The title is wrapped to the figure's width. Draws on
     ``ax`` if given, else returns a new :class:`shardlab.ShardFigure` at most 7 inches wide.
