@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 ICON_SCRIPT = Path("_static") / "scripts" / "fontawesome.js"
 THEME_CSS = Path("_static") / "styles" / "pydata-sphinx-theme.css"
+ADMONITION_CSS = Path("_static") / "admonition-icons.css"
 # The theme's style sheet gives each of Font Awesome's ~1,900 icons its glyph (86 KB); with the icons drawn
 # as masks no glyph is ever shown, so those rules go.
 GLYPH_RULES = re.compile(r'(?:\.fa-[\w-]+:before,?)+\{content:"[^"]*"\}')
@@ -83,15 +84,21 @@ def icon_css(used, icons) -> str:
         if shape is None:
             continue
         rules.append(f'.sl-icon.{prefix}.fa-{name}{{width:{shape[0] / shape[1]:.3f}em;--sl-icon:{_mask_url(shape)}}}')
-    # Admonitions: the theme draws a glyph of the icon font after the title; a mask of the same icon instead.
+    return "".join(rules)
+
+
+def admonition_css(icons) -> str:
+    """Admonitions: the theme draws a glyph of the icon font after each title; a mask of the same icon
+    instead. A style sheet of its own, linked from every page: injected by a script it would come too late,
+    after the browser had started downloading the font for the glyph."""
     after = "div.admonition{kind}>.admonition-title:after"
-    rules.append(after.format(kind="") + '{content:""!important;font:inherit!important;background-color:currentColor;'
-                 "-webkit-mask:var(--sl-icon) center/contain no-repeat;mask:var(--sl-icon) center/contain no-repeat}")
+    rules = [after.format(kind="") + '{content:""!important;font:inherit!important;background-color:currentColor;'
+             "-webkit-mask:var(--sl-icon) center/contain no-repeat;mask:var(--sl-icon) center/contain no-repeat}"]
     for kind, name in ADMONITION_ICONS.items():
         shape = icons.get(("fas", name))
         if shape is not None:
             rules.append(after.format(kind=f".{kind}" if kind else "") + f"{{--sl-icon:{_mask_url(shape)}}}")
-    return "".join(rules)
+    return "\n".join(rules) + "\n"
 
 
 def write_small_icon_script(app, exception):
@@ -105,6 +112,7 @@ def write_small_icon_script(app, exception):
     source = theme / "static" / "scripts" / "fontawesome.js"
     icons = icon_set(source.read_text(encoding="utf-8"))
     css = icon_css(used_icons(out), icons)
+    (out / ADMONITION_CSS).write_text(admonition_css(icons), encoding="utf-8")
     # Every Font Awesome <i> or <span> gets the class that paints its mask; the rules above give each its
     # outline.
     target.write_text(
@@ -128,6 +136,7 @@ def drop_glyph_rules(app, exception):
 
 
 def setup(app):
+    app.add_css_file(ADMONITION_CSS.name)
     app.connect("build-finished", drop_glyph_rules)
     app.connect("build-finished", write_small_icon_script)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
