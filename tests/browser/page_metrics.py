@@ -98,8 +98,8 @@ def title_links(m: dict, titles: set[str]) -> list[str]:
 def page_bytes(page, path: Path, loaded: list[str]) -> tuple[int, int]:
     """(bytes of the page and its pictures, bytes of the shared theme files) a reader downloads to read
     the whole page: what it loaded, plus every picture in it (those further down load as one scrolls)."""
-    html_dir = path
-    while html_dir.name != "html" and html_dir != html_dir.parent:
+    html_dir = path.parent
+    while not (html_dir / "_static").is_dir() and html_dir != html_dir.parent:
         html_dir = html_dir.parent
     static = (html_dir / "_static").as_uri()
     pictures = page.eval_on_selector_all("article img", "imgs => imgs.map(i => i.currentSrc || i.src)")
