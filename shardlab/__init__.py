@@ -26,6 +26,7 @@ from shardlab.setup.devices import setup_devices  # noqa: I001
 
 from shardlab.setup.exercises import check
 from shardlab.setup.processes import ProcessesFailed, ProcessesTimedOut, ProcessResult, free_port, run_processes
+from shardlab.setup.process_ends import ProcessEnd, watch_processes
 from shardlab.layout.ring_bytes import (bytes_all_gather, bytes_all_reduce, bytes_all_to_all, bytes_all_to_all_ring,
                                         bytes_permute, bytes_reduce_scatter)
 from shardlab.layout.tiles import Layout, layout_of, tile_map
@@ -36,11 +37,14 @@ from shardlab.hardware.links import hops, physical_links
 from shardlab.hardware.memory_kinds import has_memory_kind, memory_kinds, missing_memory_kind
 from shardlab.hardware.targets import HERE, target_devices, target_mesh
 from shardlab.hardware.tpus import TARGETS, Target, TPUCompilerUnavailable, compiling_for_tpu, tpu_compiler_missing
+from shardlab.hardware.dcn import DCN, DCN_STEP_LATENCY, DcnLink, dcn_link
+from shardlab.hardware.slices import hybrid_mesh, slice_devices
 from shardlab.programs.collectives import (Collective, CollectiveReport, collectives_in, collectives_in_compiled,
                                            collectives_in_text)
 from shardlab.programs.compile import CompiledProgram, MemoryKindWarning, ProgramMemory, compile_for
 from shardlab.programs.loops import LoopedCollective, StepCollectives, collectives_per_step
 from shardlab.programs.placements import memory_placements
+from shardlab.programs.slices import DcnTransfer, dcn_transfers, split_by_slice
 from shardlab.programs.schedule import (AsyncWindow, ScheduledOp, async_windows, loop_bodies, scheduled_order,
                                         windowed_loops)
 from shardlab.programs.traces import (DeviceOp, InstructionSource, MemorySample, Trace, Wait, hlo_sources, op_kind,
@@ -49,8 +53,13 @@ from shardlab.models.ring_matmul import ring_matmul_time
 from shardlab.models.network import (ICI_HOP_LATENCY, AxisNetwork, Traffic, axis_links, axis_network, compiled_traffic,
                                      gpu_group_network, group_network, mesh_network, shared_links, step_traffic,
                                      torus_wraparound)
+from shardlab.models.network import dcn_network, dcn_traffic, multislice_traffic, slice_mesh
 from shardlab.models.time_model import modelled_passes, modelled_time, step_time
+from shardlab.models.decoder_cost import (DecoderShape, decoder_params, fsdp_tp_critical_batch, layout_traffic,
+                                          optimal_fsdp, torus_network, training_flops, training_step)
+from shardlab.models.published_runs import INCOMPLETE_RUNS, MEASURED_RUNS, MeasuredRun, calibration
 from shardlab.pictures.display import markdown_table
+from shardlab.pictures.dma_timeline import draw_dma_timeline
 from shardlab.pictures.draw import PALETTE, ShardFigure, device_color, draw_links, draw_mesh, draw_sharding
 from shardlab.pictures.explore import Explorer, explorer, sharding_explorer
 from shardlab.pictures.style import SERIES, bar_chart, integer_ticks, tidy_axes
@@ -65,6 +74,10 @@ from shardlab.parallelism.collective_steps import (CollectiveRun, RingSteps, col
 from shardlab.parallelism.experts import (Routing, dispatch_and_combine, expert_capacity, expert_load,
                                           load_balancing_loss, router_logits, router_z_loss, top_k_routing)
 from shardlab.parallelism.logical_axes import logical_spec
+from shardlab.parallelism.pallas_collectives import (Race, RaceReport, RingEvent, bidirectional_all_gather,
+                                                   catch_races, collective_matmul, interpret_mode, ring_all_gather,
+                                                   ring_events, ring_reduce_scatter)
+from shardlab.parallelism.mpmd import MpmdRun, mpmd_pipeline
 from shardlab.parallelism.pipeline import (Schedule, bubble_fraction, bubble_model, circular_schedule, draw_schedule,
                                            gpipe_schedule, in_flight, one_f_one_b_schedule, zero_bubble_schedule)
 from shardlab.parallelism.serving import (LLAMA_8B_LIKE, DecoderConfig, cache_shapes, cache_specs, decoder_shapes,
@@ -97,6 +110,9 @@ __all__ = [
     # the one time model: links and hops per mesh axis from the topology, latency, modelled time
     "ICI_HOP_LATENCY", "AxisNetwork", "Traffic", "torus_wraparound", "group_network", "axis_network", "axis_links",
     "shared_links", "mesh_network", "compiled_traffic", "modelled_time", "modelled_passes",
+    # a decoder's training step on paper, and the published runs it is set against
+    "DecoderShape", "decoder_params", "training_flops", "layout_traffic", "torus_network", "training_step",
+    "fsdp_tp_critical_batch", "optimal_fsdp", "MeasuredRun", "MEASURED_RUNS", "INCOMPLETE_RUNS", "calibration",
     # compile targets: here, or a TPU slice compiled for ahead of time
     "Target", "TARGETS", "HERE", "target_devices", "target_mesh", "compile_for", "CompiledProgram",
     "ProgramMemory", "MemoryKindWarning", "compiling_for_tpu", "tpu_compiler_missing", "TPUCompilerUnavailable",
@@ -109,6 +125,7 @@ __all__ = [
     "has_memory_kind", "memory_kinds", "memory_placements", "missing_memory_kind",
     # several processes
     "run_processes", "free_port", "ProcessResult", "ProcessesFailed", "ProcessesTimedOut",
+    "watch_processes", "ProcessEnd",
     # training strategies
     "STRATEGIES", "MLPSizes", "Transfer", "mlp_transfers", "mlp_bytes", "mlp_memory", "phase_of",
     "mlp_pass_flops", "step_times", "compute_bound_from",
@@ -137,5 +154,12 @@ __all__ = [
     "DecoderConfig", "LLAMA_8B_LIKE", "init_decoder", "decoder_shapes", "decoder_specs", "cache_specs",
     "cache_shapes", "empty_cache", "forward_with_cache", "forward_without_cache", "generate", "sharded_step",
     "step_arguments", "serving_bytes", "serving_flops", "serving_time",
+    # collectives written by hand in Pallas: ring kernels, interpret mode and its race detector, the DMA timeline
+    "ring_all_gather", "bidirectional_all_gather", "ring_reduce_scatter", "collective_matmul", "interpret_mode",
+    "catch_races", "Race", "RaceReport", "RingEvent", "ring_events", "draw_dma_timeline",
+    # several slices and several programs: the DCN, the hybrid mesh, transfers across slices, MPMD
+    "DCN", "DCN_STEP_LATENCY", "DcnLink", "dcn_link", "slice_devices", "hybrid_mesh", "DcnTransfer", "dcn_transfers",
+    "split_by_slice", "dcn_network", "dcn_traffic", "slice_mesh", "multislice_traffic", "MpmdRun",
+    "mpmd_pipeline",
 ]
 __version__ = "0.1.0"

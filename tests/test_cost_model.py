@@ -169,6 +169,18 @@ SCALING_BOOK_GPUS = {"H100": (9.9e14, 80e9, 3.4e12, 450e9, 400e9), "H200": (9.9e
                      "B200": (2.3e15, 192e9, 8.0e12, 900e9, 400e9)}
 
 
+# NVIDIA's DGX B200 guide: 8 B200 GPUs with 1,440 GB of GPU memory in all, 180 GB each (the scaling book
+# lists 192 GB, the chip's full HBM): https://docs.nvidia.com/dgx/dgxb200-user-guide/introduction-to-dgxb200.html
+VENDOR_HBM = {"B200": 1440e9 / 8}
+
+
+def test_b200_memory_is_what_nvidia_lists_for_its_systems():
+    from shardlab.hardware.chips import GPU_CHIPS
+
+    assert GPU_CHIPS["B200"].hbm_bytes == pytest.approx(180e9, rel=1e-3)
+    assert GPU_CHIPS["B200"].hbm_bytes != pytest.approx(192e9, rel=0.05)
+
+
 def test_gpu_figures_are_the_published_ones():
     from shardlab.hardware.chips import GPU_CHIPS
 
@@ -176,7 +188,7 @@ def test_gpu_figures_are_the_published_ones():
     for name, (peak, hbm, hbm_bw, nvlink, node_egress) in SCALING_BOOK_GPUS.items():
         chip = GPU_CHIPS[name]
         assert chip.peak_flops == pytest.approx(peak, rel=0.03), name       # the table rounds to 2 digits
-        assert chip.hbm_bytes == hbm and chip.link_bandwidth == nvlink, name
+        assert chip.hbm_bytes == VENDOR_HBM.get(name, hbm) and chip.link_bandwidth == nvlink, name
         assert chip.hbm_bandwidth == pytest.approx(hbm_bw, rel=0.02), name
         assert chip.network_bandwidth * chip.node_size == node_egress, name
         assert chip.links == 1 and chip.torus_dims == 0, name

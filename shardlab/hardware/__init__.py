@@ -9,6 +9,8 @@ What a chapter compiles for and the figures its models start from, each with its
 * ``shardlab.hardware.targets``: any target by name (``"here"``, a TPU slice, a GPU cluster), its
   devices and its mesh.
 * ``shardlab.hardware.links``: where a TPU device's chip sits, and how many direct links apart two are.
+* ``shardlab.hardware.dcn``: the data-centre network between slices, per chip, with its sources.
+* ``shardlab.hardware.slices``: several TPU slices as one job: their devices and the hybrid mesh.
 * ``shardlab.hardware.memory_kinds``: which memories (``device``, ``pinned_host``, ...) a device has.
 * ``shardlab.hardware.environment``: libtpu and the CUDA plugin on a machine with neither chip.
 * ``shardlab.hardware.registry``: the one lookup of a chip or a target by name.

@@ -70,7 +70,9 @@ CHIPS = {
 
 #: Where the GPU figures come from (the GPU chapter of the scaling book, its spec and networking tables).
 GPU_CHIP_SOURCE = ("How to Scale Your Model, 'How to Think About GPUs': https://jax-ml.github.io/scaling-book/gpus/ "
-                   "(bf16 peak, HBM, NVLink per GPU; 8 x 400 Gb/s InfiniBand per node)")
+                   "(bf16 peak, HBM, NVLink per GPU; 8 x 400 Gb/s InfiniBand per node); B200's HBM from NVIDIA's DGX "
+                   "B200 guide, https://docs.nvidia.com/dgx/dgxb200-user-guide/introduction-to-dgxb200.html "
+                   "(8 GPUs, 1,440 GB in all: 180 GB each; the scaling book lists the chip's 192)")
 
 
 @dataclass(frozen=True)
@@ -89,13 +91,13 @@ class GpuChip(Chip):
 
 #: Published figures per GPU (bf16 dense peak, HBM, NVLink and network one way per GPU), ``GPU_CHIP_SOURCE``.
 #: NVLink 4 (H100, H200): 18 links x 25 GB/s = 450 GB/s; NVLink 5 (B200): 900 GB/s; a node's
-#: 8 x 400 Gb/s InfiniBand cards give each GPU 50 GB/s.
+#: 8 x 400 Gb/s InfiniBand cards give each GPU 50 GB/s. A B200 in an HGX or DGX system has 180 GB of HBM.
 GPU_CHIPS = {
     "H100": GpuChip("H100", peak_flops=9.9e14, hbm_bytes=80e9, hbm_bandwidth=3.35e12, link_bandwidth=4.5e11,
                     torus_dims=0, network_bandwidth=5e10, node_size=8),
     "H200": GpuChip("H200", peak_flops=9.9e14, hbm_bytes=141e9, hbm_bandwidth=4.8e12, link_bandwidth=4.5e11,
                     torus_dims=0, network_bandwidth=5e10, node_size=8),
-    "B200": GpuChip("B200", peak_flops=2.25e15, hbm_bytes=192e9, hbm_bandwidth=8e12, link_bandwidth=9e11,
+    "B200": GpuChip("B200", peak_flops=2.25e15, hbm_bytes=180e9, hbm_bandwidth=8e12, link_bandwidth=9e11,
                     torus_dims=0, network_bandwidth=5e10, node_size=8),
 }
 

@@ -1,5 +1,10 @@
 """The network a collective crosses: links and hops per mesh axis, from the TPU topology or the GPU cluster.
 
+Between TPU slices it is the data-centre network (DCN): a mesh axis whose groups hold devices of
+several slices (their ``slice_index``) gets :func:`dcn_network`, one chip's share of its host's network
+cards (``shardlab.hardware.dcn``: figures and sources) and a step latency assumed by this model; a
+program compiled for several slices is costed by :func:`multislice_traffic`.
+
 The links, the wraparounds and the hop latency are from *How to Scale Your Model* (the "scaling book",
 https://jax-ml.github.io/scaling-book/); the sharing of links between groups is this model's own choice,
 stated below. :mod:`shardlab.models.time_model` turns bytes over these networks into modelled time.
@@ -77,12 +82,16 @@ from fractions import Fraction
 import numpy as np
 
 from shardlab.hardware.chips import CHIPS, DEVICE_KINDS, GPU_CHIPS, GPU_DEVICE_KINDS, GpuChip, named_chip
-from shardlab.programs.collectives import collectives_in_compiled
+from shardlab.hardware.dcn import DCN_STEP_LATENCY, dcn_link
+from shardlab.layout.ring_bytes import bytes_all_gather, bytes_all_reduce, bytes_all_to_all, bytes_reduce_scatter
+from shardlab.programs.collectives import CollectiveReport, collectives_in_compiled
 from shardlab.programs.loops import collectives_per_step
+from shardlab.programs.slices import dcn_transfers
 
 __all__ = ["ICI_HOP_LATENCY", "LATENCY_SOURCE", "NVLINK_STEP_LATENCY", "NETWORK_STEP_LATENCY", "AxisNetwork",
            "Traffic", "torus_wraparound", "group_network", "shared_links", "gpu_group_network", "axis_network",
-           "axis_links", "mesh_network", "compiled_traffic", "step_traffic"]
+           "axis_links", "mesh_network", "compiled_traffic", "step_traffic", "dcn_network", "dcn_traffic",
+           "slice_mesh", "multislice_traffic"]
 
 
 #: Seconds one hop over an ICI link costs whatever the bytes, "typically around 1us" (``LATENCY_SOURCE``).
@@ -414,10 +423,13 @@ def axis_network(mesh, axis, *, slice_shape=None) -> AxisNetwork:
         return _gpu_axis_network(mesh, _axes(mesh, axis))
     devices = _mesh_devices(mesh)
     axes = _axes(mesh, axis)
-    _, shape, wraps = _slice_and_chip(devices, slice_shape)
+    chip, shape, wraps = _slice_and_chip(devices, slice_shape)
     names = list(mesh.axis_names)
     moved = np.moveaxis(devices, [names.index(a) for a in axes], range(-len(axes), 0))
     groups = moved.reshape(-1, math.prod(moved.shape[-len(axes):]))
+    slices = max(len({getattr(d, "slice_index", 0) for d in g}) for g in groups)
+    if slices > 1:
+        return dcn_network(chip, slices)
     return _shared([[tuple(d.coords) for d in g] for g in groups], shape, wraps)
 
 
@@ -534,3 +546,91 @@ def step_traffic(program, mesh, *, slice_shape=None) -> tuple[list, dict]:
             raise ValueError(f"step_traffic: a {c.collective.kind} sits in a loop of unknown trip count")
         out.append(Traffic(t.nbytes * c.trips, t.axis, t.count * c.trips, t.kind))
     return out, network
+
+
+def dcn_network(chip, slices: int) -> AxisNetwork:
+    """The :class:`AxisNetwork` of a collective across ``slices`` TPU slices: one link of the chip's DCN
+    bandwidth (``shardlab.hardware.dcn.dcn_link``), ``slices - 1`` steps of
+    :data:`shardlab.hardware.dcn.DCN_STEP_LATENCY` each."""
+    link = dcn_link(chip)
+    if isinstance(slices, bool) or not isinstance(slices, (int, np.integer)) or slices < 2:
+        raise ValueError(f"dcn_network: slices must be an integer of at least 2, got {slices!r}")
+    return AxisNetwork(1, int(slices) - 1, bandwidth=float(link.bandwidth), hop_latency=DCN_STEP_LATENCY)
+
+
+_DCN_BYTES = {"all-reduce": bytes_all_reduce, "reduce-scatter": bytes_reduce_scatter,
+              "all-to-all": bytes_all_to_all}
+
+
+def dcn_traffic(transfers, slices: int, *, unknown_trips: int | None = None, axis="dcn") -> list:
+    """The :class:`Traffic` of a program's transfers across slices (``shardlab.programs.slices.dcn_transfers``).
+
+    Each transfer's bytes follow the ring model over ``slices`` chips, one per slice (an all-reduce of
+    ``b`` bytes: ``2 (S-1)/S b``; an all-gather of a ``b``-byte piece: ``(S-1) b``), times its trips.
+    ``unknown_trips``: the trips to count where the reader found none (a loop XLA peeled, say); ``None``
+    raises ``ValueError`` there.
+    """
+    if isinstance(slices, bool) or not isinstance(slices, (int, np.integer)) or slices < 2:
+        raise ValueError(f"dcn_traffic: slices must be an integer of at least 2, got {slices!r}")
+    out = []
+    for t in transfers:
+        trips = t.trips if t.trips is not None else unknown_trips
+        if trips is None:
+            raise ValueError(f"dcn_traffic: transfer {t.name} sits in a loop of unknown trip count; pass "
+                             f"unknown_trips")
+        if t.kind == "all-gather":
+            sent = bytes_all_gather(t.nbytes * slices, slices)
+        elif t.kind in _DCN_BYTES:
+            sent = _DCN_BYTES[t.kind](t.nbytes, slices)
+        else:
+            raise ValueError(f"dcn_traffic: no ring model for a {t.kind!r} across slices")
+        out.append(Traffic(float(sent) * trips, axis, trips, t.kind))
+    return out
+
+
+def slice_mesh(mesh, index: int = 0):
+    """The part of a multi-slice ``mesh`` on slice ``index``: a mesh with the same axis names over that
+    slice's devices (an axis that crosses slices keeps only its part inside the slice)."""
+    devices = _mesh_devices(mesh)
+    inside = np.vectorize(lambda d: getattr(d, "slice_index", 0) == index)(devices)
+    if not inside.any():
+        raise ValueError(f"slice_mesh: the mesh has no device of slice {index!r}")
+    where = np.argwhere(inside)
+    box = tuple(slice(lo, hi + 1) for lo, hi in zip(where.min(axis=0), where.max(axis=0)))
+    part = devices[box]
+    if not inside[box].all():
+        raise ValueError("slice_mesh: the slice's devices do not form a block of the mesh")
+    return type(mesh)(part, mesh.axis_names, axis_types=getattr(mesh, "axis_types", None))
+
+
+def multislice_traffic(program, mesh, *, unknown_trips: int | None = None) -> tuple[list, dict]:
+    """Traffic and network of a program compiled for several TPU slices, ready for ``modelled_time``.
+
+    XLA:TPU compiles one slice's program: its ordinary collectives travel on ICI (costed on
+    :func:`slice_mesh`, each once per trip of its loops, as :func:`step_traffic` does) and its transfers
+    to the multi-slice runtime on DCN (:func:`dcn_traffic`, labelled ``"dcn"``, with
+    :func:`dcn_network`). ``unknown_trips`` as for :func:`dcn_traffic`, for both kinds.
+    """
+    devices = _mesh_devices(mesh)
+    slices = len({getattr(d, "slice_index", 0) for d in devices.flat})
+    if slices < 2:
+        raise ValueError("multislice_traffic: the mesh's devices are all in one slice")
+    chip = _slice_and_chip(devices, None)[0]
+    part = slice_mesh(mesh)
+    # the program's partitions are the slice's chips, in the order of the slice's part of the mesh
+    report = program.collectives
+    report = CollectiveReport(list(report), num_devices=part.devices.size,
+                              device_ids=[d.id for d in part.devices.flat], hlo_text=program.text)
+    traffic, network = compiled_traffic(report, part)
+    looped = collectives_per_step(program)
+    ici = []
+    for t, c in zip(traffic, looped):
+        trips = c.trips if c.trips is not None else unknown_trips
+        if trips is None:
+            raise ValueError(f"multislice_traffic: a {c.collective.kind} sits in a loop of unknown trip count; "
+                             f"pass unknown_trips")
+        ici.append(Traffic(t.nbytes * trips, t.axis, t.count * trips, t.kind))
+    dcn = dcn_traffic(dcn_transfers(program), slices, unknown_trips=unknown_trips)
+    network = dict(network)
+    network["dcn"] = dcn_network(chip, slices)
+    return ici + dcn, network

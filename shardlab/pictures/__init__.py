@@ -13,4 +13,5 @@ published page. Pictures draw what they are given and never compile (import-lint
 * ``shardlab.pictures.explore`` and ``shardlab.pictures.static_player``: sliders, live and static.
 * ``shardlab.pictures.networks``: a GPU cluster and a TPU torus side by side.
 * ``shardlab.pictures.timeline``: one step of a profiler trace, a row per device.
+* ``shardlab.pictures.dma_timeline``: a hand-written ring kernel's DMAs, products and semaphores, step by step.
 """

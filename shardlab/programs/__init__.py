@@ -10,5 +10,6 @@ imports a model. May use ``shardlab.hardware``, ``shardlab.layout`` and ``shardl
 * ``shardlab.programs.schedule``: the scheduled order and the asynchronous windows.
 * ``shardlab.programs.placements``: which buffers a program keeps in which memory.
 * ``shardlab.programs.compile``: :func:`~shardlab.compile_for`, and what the program reports.
+* ``shardlab.programs.slices``: collectives inside a slice, and the transfers across slices.
 * ``shardlab.programs.traces``: a profiler trace read per device; an op traced back to its source.
 """

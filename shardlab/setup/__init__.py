@@ -6,4 +6,5 @@ compilers and sets the figure defaults, so it may use every layer below.
 * ``shardlab.setup.devices``: the chapter's devices, real or simulated.
 * ``shardlab.setup.exercises``: checking a reader's answer, with a hint.
 * ``shardlab.setup.processes``: a script run as several local processes that form one JAX program.
+* ``shardlab.setup.process_ends``: the same processes watched until each ends, for showing failures.
 """

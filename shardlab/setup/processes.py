@@ -80,23 +80,24 @@ def free_port(host: str = LOCALHOST) -> int:
         return sock.getsockname()[1]
 
 
-def _check_arguments(script, num_processes, timeout, args, env) -> tuple[Path, list[str], dict]:
+def _check_arguments(script, num_processes, timeout, args, env,
+                     name: str = "run_processes") -> tuple[Path, list[str], dict]:
     if not isinstance(script, (str, os.PathLike)):
-        raise ValueError(f"run_processes: script must be the path of a Python file, got {type(script).__name__}")
+        raise ValueError(f"{name}: script must be the path of a Python file, got {type(script).__name__}")
     path = Path(script)
     if not path.is_file():
-        raise ValueError(f"run_processes: script must be the path of an existing Python file, got {str(path)!r}")
+        raise ValueError(f"{name}: script must be the path of an existing Python file, got {str(path)!r}")
     if isinstance(num_processes, bool) or not isinstance(num_processes, int) or not 1 <= num_processes <= MAX_PROCESSES:
-        raise ValueError(f"run_processes: num_processes must be an integer from 1 to {MAX_PROCESSES}, "
+        raise ValueError(f"{name}: num_processes must be an integer from 1 to {MAX_PROCESSES}, "
                          f"got {num_processes!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
-        raise ValueError(f"run_processes: timeout must be a positive number of seconds, got {timeout!r}")
+        raise ValueError(f"{name}: timeout must be a positive number of seconds, got {timeout!r}")
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence) or not all(isinstance(a, str) for a in args):
-        raise ValueError(f"run_processes: args must be a list of strings (extra command-line arguments), got {args!r}")
+        raise ValueError(f"{name}: args must be a list of strings (extra command-line arguments), got {args!r}")
     if env is None:
         env = {}
     if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise ValueError(f"run_processes: env must map variable names to string values, got {env!r}")
+        raise ValueError(f"{name}: env must map variable names to string values, got {env!r}")
     return path.resolve(), list(args), dict(env)
 
 
