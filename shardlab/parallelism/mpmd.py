@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import jax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
 from shardlab.parallelism.pipeline import BACKWARD, FORWARD, one_f_one_b_schedule
 
 __all__ = ["MpmdRun", "mpmd_pipeline"]
@@ -40,9 +43,6 @@ def mpmd_pipeline(stage, params, meshes, microbatches, targets, loss, *, activat
     microbatch; ``loss(y, target) -> scalar``. ``activation_spec``: the ``PartitionSpec`` of an
     activation on each mesh (default: replicated).
     """
-    import jax
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
     stages = len(meshes)
     if stages < 2 or not isinstance(params, (list, tuple)) or len(params) != stages:
         raise ValueError(f"mpmd_pipeline: meshes must list at least 2 meshes and params one pytree per mesh, "
